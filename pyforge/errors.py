@@ -1,0 +1,42 @@
+"""Exceptions raised by pyforge. Every one names what it is about: node, op, opset, input."""
+
+
+class PyforgeError(Exception):
+    """Base class of every error pyforge raises on purpose."""
+
+
+class ModelLoadError(PyforgeError):
+    """The model file is missing, truncated or not ONNX."""
+
+
+class UnsupportedOperatorError(PyforgeError):
+    """An op (or an attribute value of it) that pyforge cannot compile for this target."""
+
+    def __init__(self, op: str, node: str, opset: int | None = None, detail: str = ""):
+        self.op, self.node, self.opset = op, node, opset
+        where = f"op {op!r} (opset {opset}) at node {node!r}" if opset else f"op {op!r} at node {node!r}"
+        super().__init__(f"unsupported {where}" + (f": {detail}" if detail else ""))
+
+
+class BadAttributeError(PyforgeError):
+    """An attribute or constant input has a value the op does not accept."""
+
+    def __init__(self, op: str, node: str, detail: str):
+        self.op, self.node = op, node
+        super().__init__(f"bad attribute in op {op!r} at node {node!r}: {detail}")
+
+
+class ShapeError(PyforgeError):
+    """Input shapes of a node are inconsistent, or a shape cannot be inferred statically."""
+
+    def __init__(self, op: str, node: str, detail: str):
+        self.op, self.node = op, node
+        super().__init__(f"shape error in op {op!r} at node {node!r}: {detail}")
+
+
+class InputError(PyforgeError):
+    """predict() was given a wrong input name, shape or dtype."""
+
+
+class IRVerificationError(PyforgeError):
+    """Graph.verify() found a broken invariant (SSA, order, shapes): a compiler bug."""

@@ -1,0 +1,5 @@
+"""ONNX -> IR: loading, per-op import rules, shape and dtype inference."""
+
+from .importer import import_onnx, load_model
+
+__all__ = ["import_onnx", "load_model"]

@@ -1,0 +1,171 @@
+"""ONNX ModelProto -> IR Graph, folding every node whose inputs are all constant on the way.
+
+Shapes are static, so Shape/Gather/Concat chains that compute Reshape targets fold here, before
+any op needs its "shape" input to be constant.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
+from ..ir import Graph, Node, Value
+from . import ops_elementwise, ops_nn, ops_shape  # noqa: F401  (fill the registry)
+from .registry import OPS, infer_node
+
+# Ops never folded even with constant inputs (none yet; kept for ops with side effects later).
+_NO_FOLD: set[str] = set()
+
+
+def onnx_dtype(elem_type: int) -> np.dtype:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError):
+        raise ModelLoadError(f"unsupported ONNX element type {elem_type}") from None
+
+
+def load_model(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.ModelProto:
+    """Read and check a model; every failure is a ModelLoadError naming the file."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, bytes):
+        proto = onnx.ModelProto()
+        try:
+            proto.ParseFromString(model)
+        except Exception as e:  # protobuf raises DecodeError subclasses of Exception
+            raise ModelLoadError(f"bytes given are not an ONNX model: {e}") from None
+        return proto
+    path = os.fspath(model)
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"model file not found: {path}")
+    try:
+        proto = onnx.load(path)
+    except Exception as e:
+        raise ModelLoadError(f"{path} is not a readable ONNX model ({type(e).__name__}: {e})") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{path} holds no ONNX graph (empty, truncated or not ONNX)")
+    return proto
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+def _constant_value(node: onnx.NodeProto, attrs: dict) -> np.ndarray:
+    for key, cast in (
+        ("value", None),
+        ("value_float", np.float32),
+        ("value_floats", np.float32),
+        ("value_int", np.int64),
+        ("value_ints", np.int64),
+    ):
+        if key in attrs:
+            return np.asarray(attrs[key], dtype=cast) if cast else np.asarray(attrs[key])
+    raise UnsupportedOperatorError("Constant", node.name, None, f"attributes {sorted(attrs)}")
+
+
+def _opset(proto: onnx.ModelProto, domain: str = "") -> int:
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx") and domain == "":
+            return imp.version
+    return 1
+
+
+def import_onnx(
+    model: str | os.PathLike | onnx.ModelProto | bytes,
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+) -> Graph:
+    """Import an ONNX model into a verified IR graph with static shapes everywhere."""
+    proto = load_model(model)
+    opset = _opset(proto)
+    g = proto.graph
+    graph = Graph(g.name or "model")
+    values: dict[str, Value | None] = {"": None}
+
+    for init in g.initializer:
+        arr = numpy_helper.to_array(init)
+        values[init.name] = Value(init.name, tuple(arr.shape), arr.dtype, const=arr)
+
+    for inp in g.input:
+        if inp.name in values:
+            continue  # an initializer listed as input (opset < 9 style): a constant
+        ttype = inp.type.tensor_type
+        dims = []
+        override = (input_shapes or {}).get(inp.name)
+        for i, d in enumerate(ttype.shape.dim):
+            if override is not None:
+                dims = list(override)
+                break
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.dim_param or not d.HasField("dim_value"):
+                # a symbolic dim: batch 1 is the convention unless the caller says otherwise
+                dims.append(1)
+            else:
+                dims.append(0)
+        v = Value(inp.name, tuple(dims), onnx_dtype(ttype.elem_type))
+        values[inp.name] = v
+        graph.inputs.append(v)
+
+    for i, onode in enumerate(g.node):
+        name = onode.name or f"{onode.op_type}_{i}"
+        if onode.domain not in ("", "ai.onnx"):
+            raise UnsupportedOperatorError(onode.op_type, name, opset, f"domain {onode.domain!r}")
+        attrs = {a.name: _attr_value(a) for a in onode.attribute}
+        if onode.op_type == "Constant":
+            arr = _constant_value(onode, attrs)
+            values[onode.output[0]] = Value(onode.output[0], tuple(arr.shape), arr.dtype, const=arr)
+            continue
+        opdef = OPS.get(onode.op_type)
+        if opdef is None:
+            raise UnsupportedOperatorError(onode.op_type, name, opset)
+        try:
+            inputs = [values[n] for n in onode.input]
+        except KeyError as e:
+            raise ShapeError(onode.op_type, name, f"input {e.args[0]!r} is never defined") from None
+        node = Node(onode.op_type, inputs, [], attrs, name, opset)
+        if opdef.normalize is not None:
+            opdef.normalize(node)
+        n_out = len(onode.output)
+        live_inputs = [v for v in node.inputs if v is not None]
+        if live_inputs and all(v.const is not None for v in live_inputs) and node.op not in _NO_FOLD:
+            arrays = [None if v is None else v.const for v in node.inputs]
+            results = opdef.evaluate(node, arrays)
+            for out_name, arr in zip(onode.output, results):
+                arr = np.ascontiguousarray(arr)
+                values[out_name] = Value(out_name, tuple(arr.shape), arr.dtype, const=arr)
+            continue
+        inferred = infer_node(node)
+        outs = []
+        for k, out_name in enumerate(onode.output[: len(inferred)]):
+            shape, dtype = inferred[k]
+            v = Value(out_name or graph.fresh_name(f"{name}_unused"), shape, np.dtype(dtype))
+            values[out_name] = v
+            outs.append(v)
+        if n_out > len(inferred) and any(onode.output[len(inferred) :]):
+            used = set(n for other in g.node for n in other.input) | {o.name for o in g.output}
+            if any(o in used for o in onode.output[len(inferred) :] if o):
+                raise UnsupportedOperatorError(node.op, name, opset, "its optional extra outputs")
+        node.outputs = outs
+        graph.add_node(node)
+
+    for out in g.output:
+        v = values.get(out.name)
+        if v is None:
+            raise ShapeError("Output", out.name, "graph output is never produced")
+        graph.outputs.append(v)
+    graph.verify()
+    return graph
+

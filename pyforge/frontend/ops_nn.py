@@ -1,0 +1,282 @@
+"""Neural-network ops: Conv, BatchNormalization, pooling, Gemm, MatMul, Softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import Node
+from .registry import bad_attr, fail, norm_axis, register, same_as_input
+
+# -- window geometry shared by Conv and the pools -----------------------------------------------
+
+
+def _window_attrs(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> None:
+    """Normalise strides/pads/dilations/auto_pad into explicit per-axis lists."""
+    nd = len(kernel)
+    strides = list(node.attr("strides") or [1] * nd)
+    dilations = list(node.attr("dilations") or [1] * nd)
+    pads = list(node.attr("pads") or [0] * (2 * nd))
+    auto_pad = node.attrs.pop("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        bad_attr(node, f"strides/dilations/pads do not match a {nd}-d kernel")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(nd):
+            out = -(-spatial[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i])
+            small, big = total // 2, total - total // 2
+            pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto_pad not in ("NOTSET", ""):
+        bad_attr(node, f"auto_pad={auto_pad!r}")
+    node.attrs.update(kernel_shape=list(kernel), strides=strides, dilations=dilations, pads=pads)
+
+
+def window_out_shape(node: Node, spatial: tuple[int, ...]) -> tuple[int, ...]:
+    k, s, d, p = (node.attrs[a] for a in ("kernel_shape", "strides", "dilations", "pads"))
+    nd = len(k)
+    out = []
+    for i in range(nd):
+        span = spatial[i] + p[i] + p[i + nd] - ((k[i] - 1) * d[i] + 1)
+        if node.attr("ceil_mode", 0):
+            o = -(-span // s[i]) + 1
+            if (o - 1) * s[i] >= spatial[i] + p[i]:  # the last window must start inside
+                o -= 1
+        else:
+            o = span // s[i] + 1
+        if o <= 0:
+            raise ShapeError(node.op, node.name, f"window larger than padded input {spatial}")
+        out.append(o)
+    return tuple(out)
+
+
+def _patches(node: Node, x: np.ndarray, pad_value: float) -> np.ndarray:
+    """(N, C, *out, *kernel) view of the padded input, for the numpy references."""
+    k, s, d, p = (node.attrs[a] for a in ("kernel_shape", "strides", "dilations", "pads"))
+    nd = len(k)
+    out = window_out_shape(node, x.shape[2:])
+    extra = [max(0, (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - x.shape[2 + i] - p[i]) for i in range(nd)]
+    widths = [(0, 0), (0, 0)] + [(p[i], max(p[i + nd], extra[i])) for i in range(nd)]
+    xp = np.pad(x, widths, constant_values=pad_value)
+    win = np.lib.stride_tricks.sliding_window_view(
+        xp, [(k[i] - 1) * d[i] + 1 for i in range(nd)], axis=tuple(range(2, 2 + nd))
+    )
+    sl = (slice(None), slice(None))
+    sl += tuple(slice(0, out[i] * s[i], s[i]) for i in range(nd))
+    sl += tuple(slice(None, None, d[i]) for i in range(nd))
+    return win[sl]
+
+
+# -- Conv ---------------------------------------------------------------------------------------
+
+
+def _conv_normalize(node: Node) -> None:
+    x, w = node.inputs[0], node.inputs[1]
+    if len(x.shape) < 3:
+        bad_attr(node, f"input rank {len(x.shape)} < 3")
+    kernel = tuple(node.attr("kernel_shape") or w.shape[2:])
+    _window_attrs(node, x.shape[2:], kernel)
+    node.attrs["group"] = int(node.attr("group", 1))
+    if x.shape[1] != w.shape[1] * node.attrs["group"]:
+        raise ShapeError(node.op, node.name, f"input channels {x.shape[1]} != {w.shape[1]} x group")
+
+
+def _conv_infer(node: Node):
+    x, w = node.inputs[0], node.inputs[1]
+    return [((x.shape[0], w.shape[0], *window_out_shape(node, x.shape[2:])), x.dtype)]
+
+
+def _conv_eval(node: Node, xs):
+    x, w = xs[0], xs[1]
+    g = node.attrs["group"]
+    pat = _patches(node, x, 0.0)  # N, C, *out, *k
+    nd = x.ndim - 2
+    n, c = x.shape[:2]
+    out_sp = pat.shape[2 : 2 + nd]
+    pat = pat.reshape(n, g, c // g, *out_sp, *pat.shape[2 + nd :])
+    wg = w.reshape(g, w.shape[0] // g, *w.shape[1:])
+    sp = "".join("hwdxyz"[:nd])
+    ks = "".join("klmopq"[:nd])
+    y = np.einsum(f"ngc{sp}{ks},gf c{ks}->ngf{sp}".replace(" ", ""), pat, wg, optimize=True)
+    y = y.reshape(n, w.shape[0], *out_sp)
+    if len(xs) > 2 and xs[2] is not None:
+        y = y + xs[2].reshape(1, -1, *[1] * nd)
+    return [y.astype(x.dtype)]
+
+
+register("Conv", _conv_eval, _conv_infer, _conv_normalize)
+
+# -- pools --------------------------------------------------------------------------------------
+
+
+def _pool_normalize(node: Node) -> None:
+    x = node.inputs[0]
+    if len(node.outputs) > 1:
+        fail(node, "the Indices output of MaxPool")
+    if node.attr("storage_order", 0):
+        fail(node, "storage_order=1")
+    _window_attrs(node, x.shape[2:], tuple(node.attr("kernel_shape")))
+    node.attrs["ceil_mode"] = int(node.attr("ceil_mode", 0))
+    node.attrs["count_include_pad"] = int(node.attr("count_include_pad", 0))
+
+
+def _pool_infer(node: Node):
+    x = node.inputs[0]
+    return [((*x.shape[:2], *window_out_shape(node, x.shape[2:])), x.dtype)]
+
+
+def _maxpool_eval(node: Node, xs):
+    pat = _patches(node, xs[0], -np.inf)
+    nd = xs[0].ndim - 2
+    return [pat.max(axis=tuple(range(-nd, 0))).astype(xs[0].dtype)]
+
+
+def _avgpool_eval(node: Node, xs):
+    x = xs[0]
+    nd = x.ndim - 2
+    axes = tuple(range(-nd, 0))
+    s = _patches(node, x, 0.0).sum(axis=axes)
+    ones = np.ones((1, 1, *x.shape[2:]), x.dtype)
+    if node.attrs["count_include_pad"]:
+        # explicit pads count, the ceil-mode overhang past them does not
+        p = node.attrs["pads"]
+        ones = np.pad(ones, [(0, 0), (0, 0)] + [(p[i], p[i + nd]) for i in range(nd)], constant_values=1)
+        node = Node(node.op, [], [], dict(node.attrs, pads=[0] * (2 * nd)), node.name)
+    cnt = _patches(node, ones, 0.0).sum(axis=axes)
+    return [(s / cnt).astype(x.dtype)]
+
+
+register("MaxPool", _maxpool_eval, _pool_infer, _pool_normalize)
+register("AveragePool", _avgpool_eval, _pool_infer, _pool_normalize)
+
+
+def _global_infer(node: Node):
+    x = node.inputs[0]
+    return [((*x.shape[:2], *[1] * (len(x.shape) - 2)), x.dtype)]
+
+
+register(
+    "GlobalAveragePool",
+    lambda n, xs: [xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
+    _global_infer,
+)
+register(
+    "GlobalMaxPool",
+    lambda n, xs: [xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
+    _global_infer,
+)
+
+# -- BatchNormalization -------------------------------------------------------------------------
+
+
+def _bn_normalize(node: Node) -> None:
+    if node.attr("training_mode", 0):
+        fail(node, "training_mode=1")
+    if any(o is not None and o.name for o in node.outputs[1:]):
+        node.outputs = node.outputs[:1]  # running stats outputs are only meaningful in training
+    node.attrs["epsilon"] = float(node.attr("epsilon", 1e-5))
+    node.attrs.pop("momentum", None)
+    node.attrs.pop("spatial", None)
+
+
+def _bn_eval(node: Node, xs):
+    x, scale, bias, mean, var = xs
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    k = scale / np.sqrt(var + node.attrs["epsilon"])
+    return [(x * k.reshape(shape) + (bias - mean * k).reshape(shape)).astype(x.dtype)]
+
+
+register("BatchNormalization", _bn_eval, same_as_input(), _bn_normalize)
+
+# -- Gemm and MatMul ----------------------------------------------------------------------------
+
+
+def _gemm_normalize(node: Node) -> None:
+    node.attrs = {
+        "alpha": float(node.attr("alpha", 1.0)),
+        "beta": float(node.attr("beta", 1.0)),
+        "transA": int(node.attr("transA", 0)),
+        "transB": int(node.attr("transB", 0)),
+    }
+
+
+def _gemm_dims(node: Node) -> tuple[int, int, int]:
+    a, b = node.inputs[0], node.inputs[1]
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ShapeError(node.op, node.name, f"Gemm needs 2-d inputs, got {a.shape} and {b.shape}")
+    m, ka = a.shape[::-1] if node.attrs["transA"] else a.shape
+    kb, n = b.shape[::-1] if node.attrs["transB"] else b.shape
+    if ka != kb:
+        raise ShapeError(node.op, node.name, f"inner dimensions differ: {a.shape} x {b.shape}")
+    return m, n, ka
+
+
+def _gemm_infer(node: Node):
+    m, n, _ = _gemm_dims(node)
+    return [((m, n), node.inputs[0].dtype)]
+
+
+def _gemm_eval(node: Node, xs):
+    a, b = xs[0], xs[1]
+    a = a.T if node.attrs["transA"] else a
+    b = b.T if node.attrs["transB"] else b
+    y = node.attrs["alpha"] * (a @ b)
+    if len(xs) > 2 and xs[2] is not None:
+        y = y + node.attrs["beta"] * xs[2]
+    return [y.astype(xs[0].dtype)]
+
+
+register("Gemm", _gemm_eval, _gemm_infer, _gemm_normalize)
+
+
+def _matmul_infer(node: Node):
+    a, b = node.inputs
+    sa, sb = a.shape, b.shape
+    ra = (1,) + sa if len(sa) == 1 else sa
+    rb = sb + (1,) if len(sb) == 1 else sb
+    if ra[-1] != rb[-2]:
+        raise ShapeError(node.op, node.name, f"cannot multiply {sa} by {sb}")
+    try:
+        batch = np.broadcast_shapes(ra[:-2], rb[:-2])
+    except ValueError:
+        raise ShapeError(node.op, node.name, f"batch dims of {sa} and {sb} do not broadcast") from None
+    out = tuple(batch) + (ra[-2], rb[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return [(tuple(int(d) for d in out), a.dtype)]
+
+
+register("MatMul", lambda n, xs: [np.matmul(xs[0], xs[1])], _matmul_infer)
+
+# -- Softmax family -----------------------------------------------------------------------------
+
+
+def _softmax_normalize(node: Node) -> None:
+    rank = len(node.inputs[0].shape)
+    default = -1 if node.opset >= 13 else 1
+    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", default)), rank)
+    # before opset 13 the input is coerced to 2-d at `axis`: reduce over all trailing dims
+    node.attrs["flatten"] = int(node.opset < 13)
+
+
+def _softmax_axes(node: Node, ndim: int) -> tuple[int, ...]:
+    a = node.attrs["axis"]
+    return tuple(range(a, ndim)) if node.attrs["flatten"] else (a,)
+
+
+def _softmax_eval(node: Node, xs):
+    x = xs[0]
+    axes = _softmax_axes(node, x.ndim)
+    e = np.exp(x - x.max(axis=axes, keepdims=True))
+    y = e / e.sum(axis=axes, keepdims=True)
+    if node.op == "LogSoftmax":
+        y = (x - x.max(axis=axes, keepdims=True)) - np.log(e.sum(axis=axes, keepdims=True))
+    return [y.astype(x.dtype)]
+
+
+register("Softmax", _softmax_eval, same_as_input(), _softmax_normalize)
+register("LogSoftmax", _softmax_eval, same_as_input(), _softmax_normalize)

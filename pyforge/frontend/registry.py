@@ -1,0 +1,117 @@
+"""The op registry: one entry per ONNX op with its import rule, shape rule and numpy reference.
+
+``normalize(node)`` turns opset-specific forms into one canonical node (constant inputs such as
+Reshape's shape or Clip's bounds become attributes); ``infer(node)`` gives output (shape, dtype)
+pairs; ``evaluate(node, arrays)`` computes outputs with numpy, used for constant folding and as the
+cpu fallback of ops that have no generated kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BadAttributeError, ShapeError, UnsupportedOperatorError
+from ..ir import Node, Value
+
+Infer = Callable[[Node], list[tuple[tuple[int, ...], np.dtype]]]
+Evaluate = Callable[[Node, list], list[np.ndarray]]
+Normalize = Callable[[Node], None]
+
+
+@dataclass
+class OpDef:
+    name: str
+    evaluate: Evaluate | None = None
+    infer: Infer | None = None
+    normalize: Normalize | None = None
+    min_opset: int = 1
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(
+    name: str,
+    evaluate: Evaluate | None = None,
+    infer: Infer | None = None,
+    normalize: Normalize | None = None,
+    min_opset: int = 1,
+) -> OpDef:
+    OPS[name] = OpDef(name, evaluate, infer, normalize, min_opset)
+    return OPS[name]
+
+
+# -- helpers for rules ------------------------------------------------------------------------
+
+
+def fail(node: Node, detail: str) -> None:
+    raise UnsupportedOperatorError(node.op, node.name, node.opset, detail)
+
+
+def bad_attr(node: Node, detail: str) -> None:
+    raise BadAttributeError(node.op, node.name, detail)
+
+
+def const_input(node: Node, index: int, what: str, required: bool = True) -> np.ndarray | None:
+    """The value of a constant input, or a clear error when it is computed at run time."""
+    v = node.inputs[index] if index < len(node.inputs) else None
+    if v is None:
+        if required:
+            bad_attr(node, f"missing input {index} ({what})")
+        return None
+    if v.const is None:
+        fail(node, f"input {index} ({what}) must be a constant; data-dependent {what} is refused")
+    return v.const
+
+
+def take_const_inputs(node: Node, names: list[str], first: int = 1) -> None:
+    """Move constant inputs ``first..`` into attrs under ``names`` (None where absent)."""
+    for i, key in enumerate(names, start=first):
+        arr = const_input(node, i, key, required=False)
+        node.attrs[key] = None if arr is None else arr.tolist()
+    node.inputs = node.inputs[:first]
+
+
+def broadcast_shapes(node: Node, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(node.op, node.name, f"cannot broadcast shapes {list(shapes)}") from None
+
+
+def norm_axis(node: Node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        bad_attr(node, f"axis {axis} out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def same_as_input(index: int = 0) -> Infer:
+    def infer(node: Node):
+        v = node.inputs[index]
+        return [(v.shape, v.dtype)]
+
+    return infer
+
+
+def inputs_of(node: Node) -> list[Value]:
+    return [v for v in node.inputs if v is not None]
+
+
+def infer_by_evaluation(node: Node):
+    """Fallback shape rule: run the numpy reference on dummy inputs of the right shapes."""
+    dummies = [
+        None if v is None else (v.const if v.const is not None else np.ones(v.shape, v.dtype))
+        for v in node.inputs
+    ]
+    outs = OPS[node.op].evaluate(node, dummies)
+    return [(tuple(int(d) for d in np.shape(o)), np.asarray(o).dtype) for o in outs]
+
+
+def infer_node(node: Node) -> list[tuple[tuple[int, ...], np.dtype]]:
+    opdef = OPS[node.op]
+    if opdef.infer is not None:
+        return opdef.infer(node)
+    return infer_by_evaluation(node)

@@ -1,0 +1,141 @@
+"""The SSA graph IR: every Value has a static shape and dtype and exactly one producer."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import IRVerificationError
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor: produced by one node, or a graph input, or a constant (``const`` set)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    const: np.ndarray | None = None
+    producer: Node | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __repr__(self) -> str:
+        kind = "const " if self.const is not None else ""
+        return f"%{self.name}:{kind}{np.dtype(self.dtype).name}{list(self.shape)}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operation. ``attrs`` are already normalised by the frontend (plain Python values)."""
+
+    op: str
+    inputs: list[Value | None]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    opset: int = 0
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+    def __repr__(self) -> str:
+        outs = ", ".join(map(repr, self.outputs))
+        ins = ", ".join("None" if v is None else f"%{v.name}" for v in self.inputs)
+        attrs = {k: v for k, v in self.attrs.items() if k != "group"}
+        extra = f" {attrs}" if attrs else ""
+        return f"{outs} = {self.op}({ins}){extra}  # {self.name}"
+
+
+class Graph:
+    """An ordered list of nodes over Values, with named inputs and outputs."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.nodes: list[Node] = []
+        self._counter = itertools.count()
+
+    # -- construction --------------------------------------------------------------------------
+    def fresh_name(self, hint: str) -> str:
+        return f"{hint}__{next(self._counter)}"
+
+    def constant(self, array: np.ndarray, hint: str = "const") -> Value:
+        array = np.ascontiguousarray(array)
+        return Value(self.fresh_name(hint), tuple(array.shape), array.dtype, const=array)
+
+    def add_node(self, node: Node, index: int | None = None) -> Node:
+        for out in node.outputs:
+            out.producer = node
+        if index is None:
+            self.nodes.append(node)
+        else:
+            self.nodes.insert(index, node)
+        return node
+
+    # -- queries -------------------------------------------------------------------------------
+    def consumers(self) -> dict[int, list[Node]]:
+        """Map id(Value) -> nodes that read it (graph outputs are not nodes)."""
+        users: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            for v in node.inputs:
+                if v is not None:
+                    users.setdefault(id(v), []).append(node)
+        return users
+
+    def replace_uses(self, old: Value, new: Value) -> None:
+        for node in self.nodes:
+            node.inputs = [new if v is old else v for v in node.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    # -- checking ------------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Check SSA (one producer each), topological order, and that shapes are static ints."""
+        defined: set[int] = {id(v) for v in self.inputs}
+        names: set[str] = set()
+        for v in self.inputs:
+            self._check_value(v, names)
+        for node in self.nodes:
+            for v in node.inputs:
+                if v is None or v.const is not None:
+                    continue
+                if id(v) not in defined:
+                    raise IRVerificationError(
+                        f"node {node.name!r} ({node.op}) reads %{v.name} before it is defined"
+                    )
+            for out in node.outputs:
+                if id(out) in defined:
+                    raise IRVerificationError(f"%{out.name} is defined twice (node {node.name!r})")
+                if out.producer is not node:
+                    raise IRVerificationError(f"%{out.name} has a stale producer link")
+                self._check_value(out, names)
+                defined.add(id(out))
+        for v in self.outputs:
+            if v.const is None and id(v) not in defined:
+                raise IRVerificationError(f"graph output %{v.name} is never produced")
+
+    @staticmethod
+    def _check_value(v: Value, names: set[str]) -> None:
+        if v.name in names:
+            raise IRVerificationError(f"two values are named {v.name!r}")
+        names.add(v.name)
+        if not all(isinstance(d, int) and d >= 0 for d in v.shape):
+            raise IRVerificationError(f"%{v.name} has a non-static shape {v.shape}")
+
+    def __str__(self) -> str:
+        lines = [f"graph {self.name}("]
+        lines += [f"    {v!r}," for v in self.inputs]
+        lines.append("):")
+        lines += [f"  {n!r}" for n in self.nodes]
+        lines.append("  return " + ", ".join(f"%{v.name}" for v in self.outputs))
+        return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""compile(): import, optimise, lower, plan memory, and bind a runtime."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from .exec.plan import ExecutionPlan, Slot, check_feeds
+from .frontend import import_onnx, load_model
+from .lower_numba.emit import KernelCall
+from .lower_numba.lower import GemmCall, Program, lower_graph
+from .opt import canonicalize, fusion, simplify  # noqa: F401  (register passes)
+from .opt.memory_plan import Buffer, plan_memory
+from .opt.passes import PassManager
+
+ALIGN = 256
+PIPELINE = ["const_fold", "drop_identity", "bn_fold", "split_bias", "const_fold", "dce"]
+
+
+def _base(prog: Program, name: str) -> str:
+    while prog.tensors[name].alias is not None:
+        name = prog.tensors[name].alias
+    return name
+
+
+def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
+    if isinstance(step, GemmCall):
+        return [t for t in (step.a, step.b, step.c, step.d) if t]
+    return [v for kind, v in step.args if kind == "t"]
+
+
+def build_plan(prog: Program) -> ExecutionPlan:
+    """Assign weights and arena offsets (liveness-planned) and serialise the steps."""
+    slots: dict[str, Slot] = {}
+    weights = bytearray()
+    for name, info in prog.tensors.items():
+        if info.const is not None and info.alias is None:
+            off = -(-len(weights) // ALIGN) * ALIGN
+            weights.extend(b"\0" * (off - len(weights)))
+            weights.extend(np.ascontiguousarray(info.const, info.dtype).tobytes())
+            slots[name] = Slot("weights", off, tuple(info.shape), info.dtype.str)
+
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+
+    def touch(name: str, i: int) -> None:
+        base = _base(prog, name)
+        if prog.tensors[base].const is not None:
+            return
+        first.setdefault(base, i)
+        first[base] = min(first[base], i)
+        last[base] = max(last.get(base, i), i)
+
+    for name in prog.inputs:
+        touch(name, 0)
+    for i, step in enumerate(prog.steps):
+        for name in _step_tensors(step):
+            touch(name, i)
+    for name in prog.outputs:
+        touch(name, len(prog.steps))
+
+    buffers = [
+        Buffer(n, max(prog.tensors[n].dtype.itemsize * int(np.prod(prog.tensors[n].shape)), 1), first[n], last[n])
+        for n in first
+    ]
+    inplace = []
+    for i, step in enumerate(prog.steps):
+        if isinstance(step, KernelCall):
+            for src in step.pointwise_reads:
+                for dst in step.writes:
+                    s, d = _base(prog, src), _base(prog, dst)
+                    if s in last and last[s] == i and first.get(d) == i and s != d:
+                        inplace.append((s, d))
+    mem = plan_memory(buffers, ALIGN, inplace)
+    for name, info in prog.tensors.items():
+        base = _base(prog, name)
+        if base in mem.offsets:
+            slots[name] = Slot("arena", mem.offsets[base], tuple(info.shape), info.dtype.str)
+        elif base in slots and name != base:
+            s = slots[base]
+            slots[name] = Slot(s.region, s.offset, tuple(info.shape), s.dtype)
+
+    steps: list[dict[str, Any]] = []
+    kernels: dict[str, dict[str, str]] = {}
+    for step in prog.steps:
+        if isinstance(step, GemmCall):
+            steps.append({"kind": "gemm", **asdict(step)})
+        else:
+            kernels[step.key] = {"cpu": step.source_cpu, "cuda": step.source_cuda}
+            steps.append(
+                {"kind": "kernel", "kernel": step.key, "n": step.n, "label": step.label,
+                 "args": [list(a) for a in step.args]}
+            )
+    plan = ExecutionPlan(
+        mem.arena_bytes, slots, steps, kernels, list(prog.inputs), list(prog.outputs),
+        np.frombuffer(bytes(weights), np.uint8).copy(),
+    )
+    plan.stats.update(
+        launches=len(steps),
+        kernels=sum(s["kind"] == "kernel" for s in steps),
+        gemms=sum(s["kind"] == "gemm" for s in steps),
+        arena_bytes=mem.arena_bytes,
+        naive_bytes=mem.naive_bytes,
+        lower_bound_bytes=mem.lower_bound_bytes,
+        memory_strategy=mem.strategy,
+        weights_bytes=len(weights),
+    )
+    return plan
+
+
+def compile_to_plan(model: Any, fusion_on: bool = True, verify: bool = True) -> tuple[ExecutionPlan, dict]:
+    """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details."""
+    t0 = time.perf_counter()
+    proto = load_model(model)
+    graph = import_onnx(proto)
+    pm = PassManager(PIPELINE + ["fuse" if fusion_on else "no_fuse"], verify=verify)
+    graph = pm.run(graph)
+    groups = [n for n in graph.nodes if n.op == "Fused"]
+    prog = lower_graph(graph)
+    plan = build_plan(prog)
+    plan.stats.update(
+        ops_in=len(proto.graph.node),
+        ops_out=len(graph.nodes),
+        groups=len(groups),
+        fusion=fusion_on,
+        compile_seconds_frontend=time.perf_counter() - t0,
+    )
+    details = {"pass_ops": pm.op_counts, "pass_seconds": pm.timings, "graph": graph}
+    return plan, details
+
+
+def normalise_feeds(plan: ExecutionPlan, x: Any) -> dict[str, np.ndarray]:
+    if isinstance(x, dict):
+        feeds = {k: np.asarray(v) for k, v in x.items()}
+    elif len(plan.inputs) == 1:
+        feeds = {plan.inputs[0]: np.asarray(x)}
+    else:
+        from .errors import InputError
+
+        raise InputError(f"the model takes {len(plan.inputs)} inputs {plan.inputs}: pass a dict")
+    check_feeds(plan, feeds)
+    return feeds

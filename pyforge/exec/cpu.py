@@ -1,0 +1,100 @@
+"""The cpu runtime: one numpy arena, every step's arguments bound once, then a flat call list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..lower_numba.cache import load_kernel
+from .plan import ExecutionPlan
+
+
+def flat_views(
+    plan: ExecutionPlan, arena: np.ndarray, weights: np.ndarray
+) -> dict[str, np.ndarray]:
+    """A flat typed view into the arena (or weights) for every slot."""
+    views = {}
+    for name, s in plan.slots.items():
+        buf = arena if s.region == "arena" else weights
+        views[name] = buf[s.offset : s.offset + s.nbytes].view(s.dtype)
+    return views
+
+
+def strided(
+    flat: np.ndarray, batch: int, rows: int, cols: int, ld: int, bstride: int
+) -> np.ndarray:
+    isz = flat.itemsize
+    return np.lib.stride_tricks.as_strided(
+        flat, (batch, rows, cols), (bstride * isz, ld * isz, isz), writeable=True
+    )
+
+
+def gemm_operands(g: dict, views: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A, B, D) as batched numpy views implementing the GemmCall's row-major semantics."""
+    m, n, k, batch = g["m"], g["n"], g["k"], g["batch"]
+    a = strided(
+        views[g["a"]], batch, *((k, m) if g["trans_a"] else (m, k)), g["lda"], g["stride_a"]
+    )
+    b = strided(
+        views[g["b"]], batch, *((n, k) if g["trans_b"] else (k, n)), g["ldb"], g["stride_b"]
+    )
+    d = strided(views[g["d"]], batch, m, n, g["ldd"], g["stride_d"])
+    a = a.transpose(0, 2, 1) if g["trans_a"] else a
+    b = b.transpose(0, 2, 1) if g["trans_b"] else b
+    if batch == 1:
+        return a[0], b[0], d[0]
+    return a, b, d
+
+
+def _bind_gemm(g: dict, views: dict) -> Callable[[], None]:
+    a, b, d = gemm_operands(g, views)
+    alpha, beta = g["alpha"], g["beta"]
+    c = None
+    if g.get("c"):
+        c = strided(views[g["c"]], g["batch"], g["m"], g["n"], g["ldc"], g["stride_c"])
+        c = c[0] if g["batch"] == 1 else c
+
+    def run() -> None:
+        np.matmul(a, b, out=d)
+        if alpha != 1.0:
+            np.multiply(d, d.dtype.type(alpha), out=d)
+        if c is not None:
+            np.add(d, d.dtype.type(beta) * c, out=d)
+
+    return run
+
+
+class CpuRuntime:
+    """Binds a plan to a numpy arena; ``run`` executes the bound calls in order."""
+
+    def __init__(self, plan: ExecutionPlan):
+        self.plan = plan
+        self.arena = np.empty(max(plan.arena_bytes, 1), np.uint8)
+        self.views = flat_views(plan, self.arena, plan.weights)
+        self.kernel_paths: dict[str, str] = {}
+        self.calls: list[Callable[[], None]] = []
+        for step in plan.steps:
+            if step["kind"] == "gemm":
+                self.calls.append(_bind_gemm(step, self.views))
+            else:
+                fn, path = load_kernel(plan.kernels[step["kernel"]]["cpu"], "cpu")
+                self.kernel_paths[step["kernel"]] = path
+                args = tuple(
+                    self.views[v] if kind == "t" else np.int64(v) for kind, v in step["args"]
+                )
+                self.calls.append(_kernel_call(fn, np.int64(step["n"]), args))
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, arr in feeds.items():
+            self.views[name][:] = np.ravel(arr)
+        for call in self.calls:
+            call()
+        return {
+            name: self.views[name].reshape(self.plan.slots[name].shape).copy()
+            for name in self.plan.outputs
+        }
+
+
+def _kernel_call(fn, n, args) -> Callable[[], None]:
+    return lambda: fn(n, *args)

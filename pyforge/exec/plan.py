@@ -1,0 +1,110 @@
+"""ExecutionPlan: arena layout, weights, ordered steps and kernel sources; saved as plain files.
+
+Saving writes ``plan.json``, ``weights.bin`` and ``kernels/<key>.<target>.py``; loading needs
+numpy only (no onnx), so a saved plan runs without the model file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, PyforgeError
+
+
+@dataclass
+class Slot:
+    region: str  # "arena" | "weights"
+    offset: int  # bytes
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class ExecutionPlan:
+    arena_bytes: int
+    slots: dict[str, Slot]
+    steps: list[dict[str, Any]]
+    kernels: dict[str, dict[str, str]]  # key -> {"cpu": source, "cuda": source}
+    inputs: list[str]
+    outputs: list[str]
+    weights: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.uint8))
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def signature(self, names: list[str]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        return [(n, tuple(self.slots[n].shape), np.dtype(self.slots[n].dtype)) for n in names]
+
+    def save(self, directory: str) -> None:
+        os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
+        meta = {
+            "format": 1,
+            "arena_bytes": self.arena_bytes,
+            "slots": {k: asdict(s) for k, s in self.slots.items()},
+            "steps": self.steps,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "stats": self.stats,
+            "kernels": sorted(self.kernels),
+        }
+        with open(os.path.join(directory, "plan.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        self.weights.tofile(os.path.join(directory, "weights.bin"))
+        for key, sources in self.kernels.items():
+            for target, src in sources.items():
+                with open(os.path.join(directory, "kernels", f"{key}.{target}.py"), "w") as f:
+                    f.write(src)
+
+    @classmethod
+    def load(cls, directory: str) -> ExecutionPlan:
+        path = os.path.join(directory, "plan.json")
+        if not os.path.isfile(path):
+            raise PyforgeError(f"no saved plan at {directory} (plan.json missing)")
+        with open(path) as f:
+            meta = json.load(f)
+        kernels = {}
+        for key in meta["kernels"]:
+            kernels[key] = {}
+            for target in ("cpu", "cuda"):
+                p = os.path.join(directory, "kernels", f"{key}.{target}.py")
+                if os.path.exists(p):
+                    with open(p) as f:
+                        kernels[key][target] = f.read()
+        weights = np.fromfile(os.path.join(directory, "weights.bin"), dtype=np.uint8)
+        slots = {
+            k: Slot(s["region"], s["offset"], tuple(s["shape"]), s["dtype"])
+            for k, s in meta["slots"].items()
+        }
+        return cls(
+            meta["arena_bytes"],
+            slots,
+            meta["steps"],
+            kernels,
+            meta["inputs"],
+            meta["outputs"],
+            weights,
+            meta["stats"],
+        )
+
+
+def check_feeds(plan: ExecutionPlan, feeds: dict[str, np.ndarray]) -> None:
+    """Validate predict() inputs against the plan's signature, naming expected and given."""
+    names = plan.inputs
+    unknown = sorted(set(feeds) - set(names))
+    if unknown:
+        raise InputError(f"unknown input name(s) {unknown}; the model takes {names}")
+    for name, shape, dtype in plan.signature(names):
+        if name not in feeds:
+            raise InputError(f"missing input {name!r}; the model takes {names}")
+        arr = np.asarray(feeds[name])
+        if tuple(arr.shape) != shape:
+            raise InputError(f"input {name!r} has shape {tuple(arr.shape)}, expected {shape}")
+        if arr.dtype != dtype:
+            raise InputError(f"input {name!r} has dtype {arr.dtype}, expected {dtype}")

@@ -1,0 +1,141 @@
+"""KernelBuilder: one scalar loop body, wrapped as an @njit prange loop or a @cuda.jit grid-stride
+kernel. Shapes and strides are run-time int parameters, so one source serves every shape with the
+same structure and compiled kernels are shared across models and tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .scalar import TYPE_NAMES
+
+_HEADER = """\
+import math
+import numpy as np
+from numba import float32 as f32, float64 as f64
+from numba.core.types import float16 as f16
+from numba import int8 as i8, int32 as i32, int64 as i64, uint8 as u8, boolean as b1
+"""
+
+_CPU = """\
+from numba import njit, prange
+
+
+@njit(parallel={parallel}, cache=True, nogil=True)
+def kernel(n, {params}):
+    for i in prange(n):
+{body}
+"""
+
+_CUDA = """\
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def kernel(n, {params}):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+{body}
+        i += step
+"""
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return strides[::-1]
+
+
+def broadcast_strides(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
+    """Element strides of an input read at output coordinates (0 on broadcast axes)."""
+    pad = (1,) * (len(out_shape) - len(in_shape)) + tuple(in_shape)
+    strides = contiguous_strides(pad)
+    return [0 if (d == 1 and o != 1) else s for d, o, s in zip(pad, out_shape, strides)]
+
+
+@dataclass
+class KernelCall:
+    """A compiled-kernel step: source text, its key, and the run-time arguments in order."""
+
+    source_cpu: str
+    source_cuda: str
+    key: str
+    n: int
+    args: list[tuple[str, object]]  # ("t", tensor name) | ("i", int)
+    label: str = ""
+    writes: list[str] = field(default_factory=list)
+    pointwise_reads: list[str] = field(default_factory=list)  # read only at the written index
+
+
+@dataclass
+class KernelBuilder:
+    """Collects parameters and body lines; ``i`` is the flat output index of the loop."""
+
+    label: str
+    params: list[str] = field(default_factory=list)
+    args: list[tuple[str, object]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    _tensors: dict[str, str] = field(default_factory=dict)
+    _counter: int = 0
+
+    def tmp(self, prefix: str = "v") -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def tensor(self, name: str) -> str:
+        if name not in self._tensors:
+            p = f"t{len(self._tensors)}"
+            self._tensors[name] = p
+            self.params.append(p)
+            self.args.append(("t", name))
+        return self._tensors[name]
+
+    def int_param(self, value: int, hint: str = "k") -> str:
+        p = f"{hint}{len(self.params)}"
+        self.params.append(p)
+        self.args.append(("i", int(value)))
+        return p
+
+    def emit(self, line: str, indent: int = 0) -> None:
+        self.lines.append("    " * indent + line)
+
+    def coords(self, shape: tuple[int, ...], flat: str = "i") -> list[str]:
+        """Emit the decomposition of ``flat`` into coordinates of ``shape``."""
+        if not shape:
+            return []
+        names = [self.tmp("c") for _ in shape]
+        rem = flat
+        for axis in range(len(shape) - 1, 0, -1):
+            d = self.int_param(shape[axis], "d")
+            self.emit(f"{names[axis]} = {rem} % {d}")
+            nxt = self.tmp("r")
+            self.emit(f"{nxt} = {rem} // {d}")
+            rem = nxt
+        self.emit(f"{names[0]} = {rem}")
+        return names
+
+    def offset(self, strides: list[int], coords: list[str]) -> str:
+        terms = []
+        for s, c in zip(strides, coords):
+            if s == 0:
+                continue
+            terms.append(c if s == 1 else f"{c} * {self.int_param(s, 's')}")
+        return " + ".join(terms) or "0"
+
+    def build(self, n: int, parallel: bool = True) -> KernelCall:
+        body = "\n".join("        " + line for line in self.lines)
+        params = ", ".join(self.params)
+        cpu = _HEADER + "\n" + _CPU.format(params=params, body=body, parallel=parallel)
+        cuda = _HEADER + "\n" + _CUDA.format(params=params, body=body)
+        key = hashlib.sha1(body.encode() + params.encode() + str(parallel).encode()).hexdigest()[:16]
+        return KernelCall(cpu, cuda, key, int(n), list(self.args), self.label)
+
+
+def type_name(dtype: np.dtype) -> str:
+    return TYPE_NAMES[np.dtype(dtype)]

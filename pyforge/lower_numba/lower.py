@@ -1,0 +1,229 @@
+"""Lower a fused graph to a Program: tensors plus an ordered list of kernel and GEMM calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UnsupportedOperatorError
+from ..frontend.ops_shape import VIEW_OPS
+from ..ir import Graph, Node, Value
+from .emit import KernelBuilder, KernelCall, broadcast_strides, type_name
+from .scalar import SCALAR, lit
+from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES, im2col
+
+GEMM_OPS = {"Gemm", "MatMul", "Conv"}
+
+
+@dataclass
+class GemmCall:
+    """Row-major strided-batched D[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]."""
+
+    a: str
+    b: str
+    d: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldd: int
+    trans_a: bool = False
+    trans_b: bool = False
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_d: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+    c: str | None = None
+    ldc: int = 0
+    stride_c: int = 0
+    label: str = ""
+
+
+@dataclass
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    const: np.ndarray | None = None
+    alias: str | None = None  # a view: same bytes as this tensor
+
+
+@dataclass
+class Program:
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    steps: list[KernelCall | GemmCall] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    def add(self, v: Value) -> str:
+        if v.name not in self.tensors:
+            self.tensors[v.name] = TensorInfo(v.shape, np.dtype(v.dtype), v.const)
+        return v.name
+
+    def temp(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> str:
+        self.tensors[name] = TensorInfo(tuple(shape), np.dtype(dtype))
+        return name
+
+
+class _Elementwise:
+    """Emits member expressions into a KernelBuilder, loading inputs at output coordinates."""
+
+    def __init__(self, kb: KernelBuilder, prog: Program, shape: tuple[int, ...], coords=None):
+        self.kb, self.prog, self.shape = kb, prog, shape
+        self.env: dict[int, str] = {}
+        self.pointwise: list[str] = []
+        self._coords = coords
+
+    def coords(self) -> list[str]:
+        if self._coords is None:
+            self._coords = self.kb.coords(self.shape)
+        return self._coords
+
+    def load(self, v: Value) -> str:
+        if id(v) in self.env:
+            return self.env[id(v)]
+        if v.const is not None and v.size == 1:
+            return lit(v.const.reshape(()).item(), type_name(v.dtype))
+        p = self.kb.tensor(self.prog.add(v))
+        if v.size == 1:
+            return f"{p}[0]"
+        if tuple(v.shape) == tuple(self.shape):
+            self.pointwise.append(v.name)
+            return f"{p}[i]"
+        return f"{p}[{self.kb.offset(broadcast_strides(v.shape, self.shape), self.coords())}]"
+
+    def member(self, node: Node) -> None:
+        if node.op not in SCALAR:
+            raise UnsupportedOperatorError(node.op, node.name, node.opset, "no scalar lowering")
+        args = [self.load(v) for v in node.inputs if v is not None]
+        var = self.kb.tmp()
+        self.kb.emit(f"{var} = {SCALAR[node.op](node, args, type_name(node.outputs[0].dtype))}")
+        self.env[id(node.outputs[0])] = var
+
+    def store(self, outputs: list[Value]) -> None:
+        for o in outputs:
+            self.kb.emit(f"{self.kb.tensor(self.prog.add(o))}[i] = {self.env[id(o)]}")
+
+
+def _gemm_for(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall]:
+    """GEMM (plus an im2col kernel for non-pointwise convs) computing the anchor into ``d``."""
+    a, b = node.inputs[0], node.inputs[1]
+    if node.op == "Gemm":
+        at, bt = bool(node.attrs["transA"]), bool(node.attrs["transB"])
+        m, k = (a.shape[1], a.shape[0]) if at else a.shape
+        n = b.shape[0] if bt else b.shape[1]
+        call = GemmCall(prog.add(a), prog.add(b), d, m, n, k, a.shape[1], b.shape[1], n, at, bt)
+        call.alpha = node.attrs["alpha"]
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            c = node.inputs[2]
+            if tuple(c.shape) != (m, n):
+                raise UnsupportedOperatorError(node.op, node.name, node.opset, "run-time C needing broadcast")
+            call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
+        return [call]
+    if node.op == "MatMul":
+        sa, sb = a.shape, b.shape
+        k = sa[-1]
+        n = 1 if len(sb) == 1 else sb[-1]
+        ldb = 1 if len(sb) == 1 else n
+        if len(sb) <= 2:
+            m = int(np.prod(sa[:-1])) if len(sa) > 1 else 1
+            return [GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)]
+        m = 1 if len(sa) == 1 else sa[-2]
+        batch = int(np.prod(sb[:-2]))
+        if len(sa) <= 2:
+            stride_a = 0
+        elif tuple(sa[:-2]) == tuple(sb[:-2]):
+            stride_a = m * k
+        else:
+            raise UnsupportedOperatorError(node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}")
+        return [GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, n, n, batch=batch,
+                         stride_a=stride_a, stride_b=k * n, stride_d=m * n)]
+    # dense Conv: W[Co, K] @ col[n][K, P] for every image n
+    x, y = a, node.outputs[0]
+    if len(x.shape) not in (3, 4):
+        raise UnsupportedOperatorError(node.op, node.name, node.opset, f"{len(x.shape) - 2}-d convolution")
+    co, kk = b.shape[0], int(np.prod(b.shape[1:]))
+    p = int(np.prod(y.shape[2:]))
+    steps: list[KernelCall | GemmCall] = []
+    pointwise = all(v == 1 for v in node.attrs["kernel_shape"] + node.attrs["strides"]) and not any(
+        node.attrs["pads"]
+    )
+    src = prog.add(x)
+    if not pointwise:
+        src = prog.temp(f"{y.name}::col", (x.shape[0], kk, p), x.dtype)
+        kb = KernelBuilder(f"im2col {node.name}")
+        im2col(node, kb, (x.shape[0], kk, p))
+        steps.append(kb.build(x.shape[0] * kk * p))
+        steps[-1].writes = [src]
+    steps.append(
+        GemmCall(prog.add(b), src, d, co, p, kk, kk, p, p, batch=x.shape[0],
+                 stride_a=0, stride_b=kk * p, stride_d=co * p, label=node.name)
+    )
+    return steps
+
+
+def _lower_group(node: Node, prog: Program) -> None:
+    members: list[Node] = node.attrs["members"]
+    anchor: Node | None = node.attrs["anchor"]
+    outs = node.outputs
+    epilogue = members[1:] if anchor is not None else members
+    shape = members[-1].outputs[0].shape
+    label = "+".join(m.op for m in members) + f" {node.name}"
+
+    if anchor is not None and anchor.op in ROW_TEMPLATES:
+        kb = KernelBuilder(label)
+        n = ROW_TEMPLATES[anchor.op](anchor, kb)
+        prog.steps.append(kb.build(n))
+        prog.steps[-1].writes = [prog.add(anchor.outputs[0])]
+        return
+
+    gemm = anchor is not None and anchor.op in GEMM_OPS and anchor.attrs.get("group", 1) == 1
+    kb = KernelBuilder(label)
+    ew = _Elementwise(kb, prog, shape)
+    if gemm:
+        a_out = anchor.outputs[0]
+        in_place = len(epilogue) > 0 and a_out not in outs and len(outs) == 1 and (
+            outs[0].shape == a_out.shape and outs[0].dtype == a_out.dtype
+        )
+        d = prog.add(outs[0]) if in_place else prog.add(a_out)
+        prog.steps += _gemm_for(anchor, prog, d)
+        if not epilogue:
+            return
+        if in_place:
+            ew.env[id(a_out)] = kb.tmp()
+            kb.emit(f"{ew.env[id(a_out)]} = {kb.tensor(d)}[i]")
+    elif anchor is not None:
+        if anchor.op not in ELEMENT_TEMPLATES:
+            raise UnsupportedOperatorError(anchor.op, anchor.name, anchor.opset, "no kernel template")
+        coords = kb.coords(anchor.outputs[0].shape)
+        ew = _Elementwise(kb, prog, shape, coords)
+        ew.env[id(anchor.outputs[0])] = ELEMENT_TEMPLATES[anchor.op](anchor, kb, coords)
+    for m in epilogue:
+        ew.member(m)
+    ew.store(outs)
+    call = kb.build(int(np.prod(shape)))
+    call.writes = [o.name for o in outs]
+    call.pointwise_reads = [] if anchor is not None and not gemm else ew.pointwise
+    prog.steps.append(call)
+
+
+def lower_graph(graph: Graph) -> Program:
+    """Fused graph -> Program. Every non-view node must be a Fused group by now."""
+    prog = Program()
+    for v in graph.inputs:
+        prog.inputs.append(prog.add(v))
+    for node in graph.nodes:
+        if node.op in VIEW_OPS:
+            src = prog.add(node.inputs[0])
+            out = node.outputs[0]
+            prog.tensors[out.name] = TensorInfo(out.shape, np.dtype(out.dtype), alias=src)
+        elif node.op == "Fused":
+            _lower_group(node, prog)
+        else:
+            raise UnsupportedOperatorError(node.op, node.name, node.opset, "not lowered")
+    for v in graph.outputs:
+        prog.outputs.append(prog.add(v))
+    return prog

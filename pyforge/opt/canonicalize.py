@@ -1,0 +1,92 @@
+"""Canonical forms the later passes rely on: BN folded or split, biases split off GEMM anchors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from .passes import register_pass
+
+
+def _single_consumer(graph: Graph, v: Value) -> bool:
+    users = graph.consumers().get(id(v), [])
+    return len(users) == 1 and all(o is not v for o in graph.outputs)
+
+
+@register_pass("bn_fold")
+def bn_fold(graph: Graph) -> Graph:
+    """Fold inference BatchNormalization into the preceding Conv; otherwise make it Mul + Add."""
+    kept: list[Node] = []
+    for node in graph.nodes:
+        if node.op != "BatchNormalization":
+            kept.append(node)
+            continue
+        x, scale, bias, mean, var = node.inputs
+        if any(v.const is None for v in (scale, bias, mean, var)):
+            kept.append(node)  # statistics computed at run time: the generic kernel handles it
+            continue
+        k = (scale.const / np.sqrt(var.const + node.attrs["epsilon"])).astype(x.dtype)
+        shift = (bias.const - mean.const * k).astype(x.dtype)
+        conv = x.producer
+        if (
+            conv is not None
+            and conv.op == "Conv"
+            and conv.inputs[1].const is not None
+            and (len(conv.inputs) < 3 or conv.inputs[2] is None or conv.inputs[2].const is not None)
+            and _single_consumer(graph, x)
+        ):
+            w = conv.inputs[1].const
+            b = conv.inputs[2].const if len(conv.inputs) > 2 and conv.inputs[2] is not None else 0
+            new_w = (w * k.reshape(-1, *[1] * (w.ndim - 1))).astype(w.dtype)
+            new_b = (b * k + shift).astype(x.dtype)
+            conv.inputs = [conv.inputs[0], graph.constant(new_w, "w"), graph.constant(new_b, "b")]
+            graph.replace_uses(node.outputs[0], x)
+            x.name, node.outputs[0].name = node.outputs[0].name, x.name  # keep the user's name
+            continue
+        shape = (1, -1) + (1,) * (len(x.shape) - 2)
+        mid = Value(graph.fresh_name(node.name + "_scaled"), x.shape, x.dtype)
+        mul = Node("Mul", [x, graph.constant(k.reshape(shape))], [mid], {}, node.name + "/mul", 14)
+        add = Node("Add", [mid, graph.constant(shift.reshape(shape))], node.outputs, {}, node.name, 14)
+        mid.producer, node.outputs[0].producer = mul, add
+        kept += [mul, add]
+    graph.nodes = kept
+    return graph
+
+
+@register_pass("split_bias")
+def split_bias(graph: Graph) -> Graph:
+    """Conv/Gemm biases become an explicit Add, so fusion treats them like any epilogue op."""
+    out: list[Node] = []
+    for node in graph.nodes:
+        out.append(node)
+        if node.op == "Conv" and len(node.inputs) > 2 and node.inputs[2] is not None:
+            if node.inputs[2].const is None:
+                continue  # a run-time bias stays inside the Conv node
+            rank = len(node.outputs[0].shape)
+            bias_b = graph.constant(node.inputs[2].const.reshape((1, -1) + (1,) * (rank - 2)), "bias")
+        elif node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
+            c = node.inputs[2]
+            beta = node.attrs["beta"]
+            if beta == 0:
+                node.inputs = node.inputs[:2]
+                continue
+            if beta != 1 and c.const is not None:
+                bias_b = graph.constant((c.const * beta).astype(c.dtype), "gemm_c")
+            elif beta == 1:
+                bias_b = c
+            else:
+                continue  # run-time C with beta != 1 stays inside the Gemm node
+            node.attrs["beta"] = 1.0
+        else:
+            continue
+        y = node.outputs[0]
+        mid = Value(graph.fresh_name(node.name + "_nobias"), y.shape, y.dtype)
+        node.inputs = node.inputs[:2]
+        node.outputs = [mid]
+        mid.producer = node
+        add = Node("Add", [mid, bias_b], [y], {}, node.name + "/bias", 14)
+        y.producer = add
+        out.append(add)
+    graph.nodes = out
+    return graph
+

@@ -1,0 +1,126 @@
+"""Fusion: partition the graph into kernel groups (anchor + elementwise epilogue).
+
+A group is one ``Fused`` node whose attrs hold ``members`` (original nodes, in order) and
+``anchor`` (the first member when it is a GEMM/conv/window/reduction op, else None). Each group
+lowers to one kernel, or to one GEMM call plus at most one epilogue kernel.
+"""
+
+from __future__ import annotations
+
+from ..frontend.ops_elementwise import BINARY, UNARY
+from ..frontend.ops_shape import VIEW_OPS
+from ..ir import Graph, Node
+from .passes import register_pass
+
+ELEMENTWISE = (set(UNARY) | set(BINARY) | {"Cast"}) - {"Identity"}
+# Anchors whose result is produced one output element at a time, so an epilogue can follow.
+EPILOGUE_ANCHORS = {
+    "Conv",
+    "Gemm",
+    "MatMul",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Transpose",
+    "Concat",
+}
+
+
+def _group_node(members: list[Node], graph_outputs: set[int], users: dict[int, list[Node]]) -> Node:
+    member_ids = {id(m) for m in members}
+    produced = {id(o) for m in members for o in m.outputs}
+    inputs, seen = [], set()
+    for m in members:
+        for v in m.inputs:
+            if v is not None and id(v) not in produced and id(v) not in seen:
+                seen.add(id(v))
+                inputs.append(v)
+    outputs = [
+        o
+        for m in members
+        for o in m.outputs
+        if id(o) in graph_outputs or any(id(u) not in member_ids for u in users.get(id(o), []))
+    ]
+    anchor = members[0] if members[0].op not in ELEMENTWISE else None
+    node = Node("Fused", inputs, outputs, {"members": members, "anchor": anchor}, members[-1].name)
+    for o in outputs:
+        o.producer = node
+    return node
+
+
+def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
+    users = graph.consumers()
+    graph_outputs = {id(v) for v in graph.outputs}
+    groups: list[list[Node]] = []
+    group_of: dict[int, int] = {}  # id(Value) -> group index, for values produced in a group
+    first_pos: list[int] = []
+    # position of the earliest outside reader of each group's values, to keep the schedule valid
+    for pos, node in enumerate(graph.nodes):
+        if node.op in VIEW_OPS:
+            continue
+        target = None
+        if fuse and node.op in ELEMENTWISE:
+            shape = node.outputs[0].shape
+            for v in node.inputs:
+                gi = group_of.get(id(v)) if v is not None else None
+                if gi is None or gi in (target,):
+                    continue
+                g = groups[gi]
+                anchor = g[0] if g[0].op not in ELEMENTWISE else None
+                if anchor is not None and anchor.op not in EPILOGUE_ANCHORS:
+                    continue
+                if g[-1].outputs[0].shape != shape or (anchor and anchor.outputs[0].shape != shape):
+                    continue
+                if anchor is not None and len(users.get(id(v), [])) > 1:
+                    continue  # an anchor's epilogue is a chain: a shared value ends it
+                if _read_in_between(graph, g, first_pos[gi], pos, users):
+                    continue
+                target = gi
+                break
+        if target is None:
+            groups.append([node])
+            first_pos.append(pos)
+            target = len(groups) - 1
+        else:
+            groups[target].append(node)
+        for o in node.outputs:
+            group_of[id(o)] = target
+    return groups
+
+
+def _read_in_between(graph: Graph, group: list[Node], start: int, end: int, users) -> bool:
+    """True if a node outside ``group`` placed in (start, end) reads a value the group makes."""
+    members = {id(m) for m in group}
+    for m in group:
+        for o in m.outputs:
+            for u in users.get(id(o), []):
+                if id(u) not in members and start < graph.nodes.index(u) < end:
+                    return True
+    return False
+
+
+def fuse_graph(graph: Graph, fuse: bool = True) -> Graph:
+    """Replace nodes by Fused group nodes; views stay as they are (lowered to aliases)."""
+    users = graph.consumers()
+    graph_outputs = {id(v) for v in graph.outputs}
+    groups = _partition(graph, fuse)
+    last_member = {id(g[-1]): g for g in groups}
+    new_nodes = []
+    for node in graph.nodes:
+        if node.op in VIEW_OPS:
+            new_nodes.append(node)
+        elif id(node) in last_member:
+            new_nodes.append(_group_node(last_member[id(node)], graph_outputs, users))
+    graph.nodes = new_nodes
+    return graph
+
+
+@register_pass("fuse")
+def fuse(graph: Graph) -> Graph:
+    return fuse_graph(graph, True)
+
+
+@register_pass("no_fuse")
+def no_fuse(graph: Graph) -> Graph:
+    return fuse_graph(graph, False)

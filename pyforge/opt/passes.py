@@ -1,0 +1,52 @@
+"""The PassManager: named Graph -> Graph passes, each timed, verified and optionally dumped."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from ..ir import Graph
+
+Pass = Callable[[Graph], Graph]
+PASSES: dict[str, Pass] = {}
+
+
+def register_pass(name: str) -> Callable[[Pass], Pass]:
+    def deco(fn: Pass) -> Pass:
+        PASSES[name] = fn
+        return fn
+
+    return deco
+
+
+class PassManager:
+    """Runs passes in order; ``verify`` checks the IR after each, PYFORGE_DUMP_IR dumps it."""
+
+    def __init__(self, names: list[str], verify: bool = True):
+        self.names = names
+        self.verify = verify
+        self.timings: dict[str, float] = {}
+        self.op_counts: list[tuple[str, int]] = []
+
+    def run(self, graph: Graph) -> Graph:
+        dump_dir = os.environ.get("PYFORGE_DUMP_IR")
+        self.op_counts = [("import", len(graph.nodes))]
+        if dump_dir:
+            os.makedirs(dump_dir, exist_ok=True)
+            _dump(dump_dir, 0, "import", graph)
+        for i, name in enumerate(self.names, start=1):
+            t0 = time.perf_counter()
+            graph = PASSES[name](graph)
+            self.timings[name] = time.perf_counter() - t0
+            if self.verify:
+                graph.verify()
+            self.op_counts.append((name, len(graph.nodes)))
+            if dump_dir:
+                _dump(dump_dir, i, name, graph)
+        return graph
+
+
+def _dump(directory: str, index: int, name: str, graph: Graph) -> None:
+    with open(os.path.join(directory, f"{index:02d}_{name}.txt"), "w") as f:
+        f.write(str(graph) + "\n")

@@ -330,6 +330,8 @@ def section_timing(graph_state: dict) -> None:
             h = LtGemm(m, n, k, precision=prec, autotune=False, **kw)
             t_h = gpu_us(lambda h=h, args=args: h.run(*args), stream, calls=200)
             flops = 2 * m * n * k / (t * 1e-6) / 1e12
+            cands = ", ".join(f"{c:.1f}" for c in g.candidates_us) or "cached"
+            log(f"  {label} {prec}: candidates (us, heuristic order): {cands}")
             log(f"  {label} {prec}: {t:.2f} us autotuned ({flops:.1f} TFLOP/s), "
                 f"{t_h:.2f} us heuristic top-1")  # fmt: skip
             TABLE.append((f"{label} GPU", prec, f"{t:.2f} us (heur top-1 {t_h:.2f})"))

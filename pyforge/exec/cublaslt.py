@@ -197,7 +197,8 @@ class LtGemm:
             "c": (batch - 1) * stride_c + (m - 1) * ldc + n,
             "d": (batch - 1) * stride_d + (m - 1) * ldd + n,
         }
-        self.algo_time_us: float | None = None
+        self.algo_time_us: float | None = None  # GPU time of the chosen algorithm when tuned
+        self.candidates_us: list[float] = []  # each timed candidate, in heuristic order
         self.from_cache = False
         self._bind(self._choose(autotune, cache_dir))
 
@@ -357,6 +358,7 @@ class LtGemm:
                     reps = max(3, min(50, int(300 / max(per_call, 1.0))))
                 else:
                     elapsed = min(elapsed, per_call)
+            self.candidates_us.append(elapsed)
             if best is None or elapsed < best[0]:
                 best = (elapsed, algo)
         self._bias_ptr = -1

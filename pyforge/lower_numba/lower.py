@@ -172,6 +172,9 @@ def _lower_group(node: Node, prog: Program) -> None:
     epilogue = members[1:] if anchor is not None else members
     shape = members[-1].outputs[0].shape
     label = "+".join(m.op for m in members) + f" {node.name}"
+    for v in anchor.inputs if anchor is not None else []:
+        if v is not None:
+            prog.add(v)  # templates read these by name
 
     if anchor is not None and anchor.op in ROW_TEMPLATES:
         kb = KernelBuilder(label)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import errors
-from .exec.plan import ExecutionPlan
+from .exec.plan import ExecutionPlan, normalise_feeds
 
 __all__ = ["compile", "load", "CompiledModel", "errors", "default_target"]
 __version__ = "0.1.0"
@@ -69,8 +69,6 @@ class CompiledModel:
     def predict(self, x: np.ndarray | dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
         """Run one inference: one array for a single-input model (or a dict name -> array);
         returns one array for a single-output model, else a dict name -> array."""
-        from .compiler import normalise_feeds
-
         outs = self.runtime.run(normalise_feeds(self.plan, x))
         return outs[self.plan.outputs[0]] if len(outs) == 1 else outs
 

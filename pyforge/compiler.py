@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .exec.plan import ExecutionPlan, Slot, check_feeds
+from .exec.plan import ExecutionPlan, Slot
 from .frontend import import_onnx, load_model
 from .lower_numba.emit import KernelCall
 from .lower_numba.lower import GemmCall, Program, lower_graph
@@ -131,15 +131,3 @@ def compile_to_plan(model: Any, fusion_on: bool = True, verify: bool = True) -> 
     details = {"pass_ops": pm.op_counts, "pass_seconds": pm.timings, "graph": graph}
     return plan, details
 
-
-def normalise_feeds(plan: ExecutionPlan, x: Any) -> dict[str, np.ndarray]:
-    if isinstance(x, dict):
-        feeds = {k: np.asarray(v) for k, v in x.items()}
-    elif len(plan.inputs) == 1:
-        feeds = {plan.inputs[0]: np.asarray(x)}
-    else:
-        from .errors import InputError
-
-        raise InputError(f"the model takes {len(plan.inputs)} inputs {plan.inputs}: pass a dict")
-    check_feeds(plan, feeds)
-    return feeds

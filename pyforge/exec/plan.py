@@ -108,3 +108,15 @@ def check_feeds(plan: ExecutionPlan, feeds: dict[str, np.ndarray]) -> None:
             raise InputError(f"input {name!r} has shape {tuple(arr.shape)}, expected {shape}")
         if arr.dtype != dtype:
             raise InputError(f"input {name!r} has dtype {arr.dtype}, expected {dtype}")
+
+
+def normalise_feeds(plan: ExecutionPlan, x: Any) -> dict[str, np.ndarray]:
+    """predict()'s argument as a checked name -> array dict."""
+    if isinstance(x, dict):
+        feeds = {k: np.asarray(v) for k, v in x.items()}
+    elif len(plan.inputs) == 1:
+        feeds = {plan.inputs[0]: np.asarray(x)}
+    else:
+        raise InputError(f"the model takes {len(plan.inputs)} inputs {plan.inputs}: pass a dict")
+    check_feeds(plan, feeds)
+    return feeds

@@ -1,0 +1,133 @@
+"""The cuda runtime: one device arena, cuBLASLt GEMMs planned at load, the whole inference
+captured once as a CUDA graph and replayed by ``predict``.
+
+Under NUMBA_ENABLE_CUDASIM=1 (CI) the same code runs the kernels in Numba's simulator, with the
+plain GEMM kernel in place of cuBLASLt and no graph.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+from numba import cuda
+
+from ..lower_numba.cache import load_kernel
+from ..lower_numba.gemm_kernel import gemm_kernel
+from .plan import ExecutionPlan
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+THREADS = 256
+MAX_BLOCKS = 132 * 16  # grid-stride loops cover the rest; enough blocks to fill an H200
+WORKSPACE_BYTES = 32 << 20
+
+
+def _pointer(arr) -> int:
+    return int(arr.__cuda_array_interface__["data"][0])
+
+
+def _capability() -> str:
+    if SIMULATED:
+        return "sim"
+    major, minor = cuda.get_current_device().compute_capability
+    return f"sm_{major}{minor}"
+
+
+class CudaRuntime:
+    """Binds a plan to device memory. ``graph=False`` launches step by step (for debugging)."""
+
+    def __init__(self, plan: ExecutionPlan, graph: bool = True, precision: str = "fp32"):
+        self.plan = plan
+        self.precision = precision
+        self.use_graph = graph and not SIMULATED
+        self.stream = cuda.stream()
+        self.arena = cuda.device_array(max(plan.arena_bytes, 1), np.uint8)
+        host_w = plan.weights if plan.weights.size else np.zeros(1, np.uint8)
+        self.weights = cuda.to_device(host_w, stream=self.stream)
+        self.views = {}
+        for name, s in plan.slots.items():
+            buf = self.arena if s.region == "arena" else self.weights
+            self.views[name] = buf[s.offset : s.offset + max(s.nbytes, 0)].view(np.dtype(s.dtype))
+        self.capability = _capability()
+        self.kernel_paths: dict[str, str] = {}
+        self.gemm_backend = "numba" if SIMULATED else _gemm_backend()
+        self.workspace = None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
+        self.calls = [self._bind(step) for step in plan.steps]
+        self.host_out = {
+            n: cuda.pinned_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype)) for n in plan.outputs
+        }
+        self.graph = None
+        self.stream.synchronize()
+
+    # -- binding -------------------------------------------------------------------------------
+    def _kernel(self, key: str, source: str, n: int, args: list) -> Callable[[], None]:
+        fn, path = load_kernel(source, "cuda", self.capability)
+        self.kernel_paths[key] = path
+        bound = tuple(self.views[v] if kind == "t" else int(v) for kind, v in args)
+        blocks = max(1, min(-(-n // THREADS), MAX_BLOCKS))
+        launch = fn[blocks, THREADS, self.stream]
+        return lambda: launch(n, *bound)
+
+    def _bind(self, step: dict) -> Callable[[], None]:
+        if step["kind"] == "kernel":
+            src = self.plan.kernels[step["kernel"]]["cuda"]
+            return self._kernel(step["kernel"], src, step["n"], step["args"])
+        if self.gemm_backend == "numba":
+            call = gemm_kernel(step, np.dtype(self.plan.slots[step["d"]].dtype))
+            return self._kernel(call.key, call.source_cuda, call.n, call.args)
+        from .cublaslt import LtGemm
+
+        g = step
+        lt = LtGemm(
+            g["m"], g["n"], g["k"], trans_a=g["trans_a"], trans_b=g["trans_b"],
+            lda=g["lda"], ldb=g["ldb"], ldc=g["ldc"] or g["ldd"], ldd=g["ldd"], batch=g["batch"],
+            stride_a=g["stride_a"], stride_b=g["stride_b"], stride_c=g["stride_c"],
+            stride_d=g["stride_d"], alpha=g["alpha"], beta=g["beta"] if g.get("c") else 0.0,
+            precision=self.precision, workspace_bytes=WORKSPACE_BYTES,
+        )
+        ptrs = [_pointer(self.views[g[k]]) if g.get(k) else 0 for k in ("a", "b", "c", "d")]
+        if not g.get("c"):
+            ptrs[2] = ptrs[3]
+        ws = _pointer(self.workspace)
+        handle = _stream_handle(self.stream)
+        return lambda: lt.run(ptrs[0], ptrs[1], ptrs[2], ptrs[3], 0, ws, handle)
+
+    # -- running -------------------------------------------------------------------------------
+    def _launch_all(self) -> None:
+        for call in self.calls:
+            call()
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, arr in feeds.items():
+            self.views[name].copy_to_device(np.ascontiguousarray(arr).reshape(-1), stream=self.stream)
+        if self.use_graph:
+            if self.graph is None:
+                self._launch_all()  # compiles every kernel before capture
+                self.stream.synchronize()
+                from .cuda_graph import CudaGraph
+
+                self.graph = CudaGraph(self.stream)
+                self.graph.capture(self._launch_all)
+            self.graph.replay()
+        else:
+            self._launch_all()
+        for name in self.plan.outputs:
+            self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
+        self.stream.synchronize()
+        return {name: self.host_out[name].copy() for name in self.plan.outputs}
+
+
+def _gemm_backend() -> str:
+    try:
+        from . import cublaslt  # noqa: F401
+
+        return "cublaslt"
+    except ImportError:
+        return "numba"
+
+
+def _stream_handle(stream) -> int:
+    from .cuda_graph import raw_stream
+
+    return raw_stream(stream)

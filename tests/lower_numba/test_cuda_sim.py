@@ -1,0 +1,83 @@
+"""Every CUDA kernel template, run in Numba's CUDA simulator on tiny shapes against ONNX Runtime.
+
+The simulator must be switched on before numba is imported, so the outer test re-runs this file
+in a subprocess with NUMBA_ENABLE_CUDASIM=1; inside it the parametrised cases run.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.frontend.test_ops import one_op, rand
+from tests.helpers import check_against_ort, make_model
+
+INSIDE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+inside_only = pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
+
+
+@pytest.mark.sim
+@pytest.mark.skipif(INSIDE, reason="this is the launcher")
+def test_simulator_suite():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        env=env, capture_output=True, text=True, timeout=1500,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+    print(proc.stdout[-3000:], proc.stderr[-2000:])
+    assert proc.returncode == 0, "simulator cases failed"
+    assert " passed" in proc.stdout
+
+
+def _conv(attrs, cin=2, cout=3, size=5):
+    g = attrs.get("group", 1)
+    return one_op("Conv", [rand(1, cin, size, size)], None, attrs,
+                  consts=[rand(cout, cin // g, *attrs["kernel_shape"]), rand(cout)])
+
+
+CASES = {
+    "conv3x3_im2col_gemm_epilogue": lambda: _conv(dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    "conv1x1_gemm": lambda: _conv(dict(kernel_shape=[1, 1])),
+    "conv_grouped_direct": lambda: _conv(dict(kernel_shape=[3, 3], group=2), cin=2, cout=2),
+    "maxpool": lambda: one_op("MaxPool", [rand(1, 2, 5, 5)], None, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "avgpool_incl_pad": lambda: one_op("AveragePool", [rand(1, 2, 5, 5)], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "global_avgpool": lambda: one_op("GlobalAveragePool", [rand(2, 3, 4, 4)], None),
+    "transpose": lambda: one_op("Transpose", [rand(2, 3, 4)], None, dict(perm=[2, 0, 1])),
+    "concat": lambda: one_op("Concat", [rand(2, 3), rand(2, 2)], None, dict(axis=1)),
+    "softmax": lambda: one_op("Softmax", [rand(3, 7)], [3, 7], dict(axis=-1)),
+    "gemm_trans_alpha": lambda: one_op("Gemm", [rand(4, 3)], [3, 5], dict(transA=1, transB=1, alpha=0.5), consts=[rand(5, 4), rand(5)]),
+    "matmul_batched": lambda: one_op("MatMul", [rand(2, 3, 4), rand(2, 4, 5)], None),
+    "broadcast_chain": lambda: (
+        make_model(
+            [helper.make_node("Mul", ["x", "s"], ["a"], name="mul"),
+             helper.make_node("Sigmoid", ["a"], ["b"], name="sig"),
+             helper.make_node("Tanh", ["a"], ["c"], name="tanh"),
+             helper.make_node("Add", ["b", "c"], ["y"], name="add")],
+            [("x", np.float32, [2, 3, 4]), ("s", np.float32, [3, 1])],
+            [("y", np.float32, [2, 3, 4])],
+        ),
+        {"x": rand(2, 3, 4), "s": rand(3, 1)},
+    ),
+}
+
+
+@inside_only
+@pytest.mark.parametrize("fusion", [True, False])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_template_in_simulator(case, fusion):
+    model, feeds = CASES[case]()
+    compiled, _ = check_against_ort(model, feeds, target="cuda", fusion=fusion)
+    assert compiled.runtime.gemm_backend == "numba"
+
+
+@inside_only
+def test_models_in_simulator():
+    from pyforge.models import MODELS, random_inputs
+
+    for name in ("mlp", "ew"):
+        model = MODELS[name](batch=1)
+        check_against_ort(model, random_inputs(model, seed=2), target="cuda")

@@ -98,6 +98,7 @@ def build_plan(prog: Program) -> ExecutionPlan:
         mem.arena_bytes, slots, steps, kernels, list(prog.inputs), list(prog.outputs),
         np.frombuffer(bytes(weights), np.uint8).copy(),
     )
+    plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
     plan.stats.update(
         launches=len(steps),
         kernels=sum(s["kind"] == "kernel" for s in steps),
@@ -128,6 +129,12 @@ def compile_to_plan(model: Any, fusion_on: bool = True, verify: bool = True) -> 
         fusion=fusion_on,
         compile_seconds_frontend=time.perf_counter() - t0,
     )
-    details = {"pass_ops": pm.op_counts, "pass_seconds": pm.timings, "graph": graph}
+    details = {
+        "pass_ops": pm.op_counts,  # [(pass name, node count after it)]
+        "pass_seconds": pm.timings,
+        "graph": graph,  # the fused graph: Fused nodes hold attrs["members"], attrs["anchor"]
+        "buffers": plan.buffers,  # [(tensor, bytes, first step, last step, arena offset)]
+        "step_labels": [s.get("label") or s["kind"] for s in plan.steps],
+    }
     return plan, details
 

@@ -110,6 +110,13 @@ class _Elementwise:
 
 def _gemm_for(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall]:
     """GEMM (plus an im2col kernel for non-pointwise convs) computing the anchor into ``d``."""
+    steps = _gemm_steps(node, prog, d)
+    for s in steps:
+        s.label = s.label or f"{node.op} {node.name}"
+    return steps
+
+
+def _gemm_steps(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall]:
     a, b = node.inputs[0], node.inputs[1]
     if node.op == "Gemm":
         at, bt = bool(node.attrs["transA"]), bool(node.attrs["transB"])

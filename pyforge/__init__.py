@@ -55,6 +55,7 @@ class CompiledModel:
         self.runtime = _runtime(plan, target, **options)
         self.stats: dict[str, Any] = dict(plan.stats)
         self.stats["target"] = target
+        self.stats["launches"] = self.runtime.launches  # kernels + GEMM calls per inference
         self.stats["bind_seconds"] = time.perf_counter() - t0
         self.stats["compile_seconds"] = self.stats.get("compile_seconds_frontend", 0.0) + self.stats["bind_seconds"]
 

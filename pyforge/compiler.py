@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -28,8 +28,18 @@ def _base(prog: Program, name: str) -> str:
 
 def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
     if isinstance(step, GemmCall):
-        return [t for t in (step.a, step.b, step.c, step.d) if t]
+        names = [t for t in (step.a, step.b, step.c, step.d) if t]
+        for k in (step.prologue, step.epilogue):
+            names += _step_tensors(k) if k is not None else []
+        if step.pattern:
+            names += [t for t in (step.pattern["bias"], step.pattern["residual"]) if t]
+        return names
     return [v for kind, v in step.args if kind == "t"]
+
+
+def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str, Any]:
+    kernels[k.key] = {"cpu": k.source_cpu, "cuda": k.source_cuda}
+    return {"kind": "kernel", "kernel": k.key, "n": k.n, "label": k.label, "args": [list(a) for a in k.args]}
 
 
 def build_plan(prog: Program) -> ExecutionPlan:
@@ -87,22 +97,22 @@ def build_plan(prog: Program) -> ExecutionPlan:
     kernels: dict[str, dict[str, str]] = {}
     for step in prog.steps:
         if isinstance(step, GemmCall):
-            steps.append({"kind": "gemm", **asdict(step)})
+            d = {f.name: getattr(step, f.name) for f in fields(step)}
+            for part in ("prologue", "epilogue"):
+                d[part] = _kernel_step(d[part], kernels) if d[part] is not None else None
+            steps.append({"kind": "gemm", **d})
         else:
-            kernels[step.key] = {"cpu": step.source_cpu, "cuda": step.source_cuda}
-            steps.append(
-                {"kind": "kernel", "kernel": step.key, "n": step.n, "label": step.label,
-                 "args": [list(a) for a in step.args]}
-            )
+            steps.append(_kernel_step(step, kernels))
     plan = ExecutionPlan(
         mem.arena_bytes, slots, steps, kernels, list(prog.inputs), list(prog.outputs),
         np.frombuffer(bytes(weights), np.uint8).copy(),
     )
     plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
+    gemms = [s for s in steps if s["kind"] == "gemm"]
     plan.stats.update(
-        launches=len(steps),
-        kernels=sum(s["kind"] == "kernel" for s in steps),
-        gemms=sum(s["kind"] == "gemm" for s in steps),
+        steps=len(steps),
+        kernels=len(steps) - len(gemms) + sum(bool(g["prologue"]) + bool(g["epilogue"]) for g in gemms),
+        gemms=len(gemms),
         arena_bytes=mem.arena_bytes,
         naive_bytes=mem.naive_bytes,
         lower_bound_bytes=mem.lower_bound_bytes,

@@ -74,16 +74,23 @@ class CpuRuntime:
         self.views = flat_views(plan, self.arena, plan.weights)
         self.kernel_paths: dict[str, str] = {}
         self.calls: list[Callable[[], None]] = []
+        self.launches = 0
         for step in plan.steps:
             if step["kind"] == "gemm":
-                self.calls.append(_bind_gemm(step, self.views))
+                parts = [self._kernel(step["prologue"])] if step["prologue"] else []
+                parts.append(_bind_gemm(step, self.views))
+                parts += [self._kernel(step["epilogue"])] if step["epilogue"] else []
+                self.calls.append(parts[0] if len(parts) == 1 else _sequence(parts))
+                self.launches += len(parts)
             else:
-                fn, path = load_kernel(plan.kernels[step["kernel"]]["cpu"], "cpu")
-                self.kernel_paths[step["kernel"]] = path
-                args = tuple(
-                    self.views[v] if kind == "t" else np.int64(v) for kind, v in step["args"]
-                )
-                self.calls.append(_kernel_call(fn, np.int64(step["n"]), args))
+                self.calls.append(self._kernel(step))
+                self.launches += 1
+
+    def _kernel(self, step: dict) -> Callable[[], None]:
+        fn, path = load_kernel(self.plan.kernels[step["kernel"]]["cpu"], "cpu")
+        self.kernel_paths[step["kernel"]] = path
+        args = tuple(self.views[v] if kind == "t" else np.int64(v) for kind, v in step["args"])
+        return _kernel_call(fn, np.int64(step["n"]), args)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():
@@ -98,3 +105,11 @@ class CpuRuntime:
 
 def _kernel_call(fn, n, args) -> Callable[[], None]:
     return lambda: fn(n, *args)
+
+
+def _sequence(parts: list[Callable[[], None]]) -> Callable[[], None]:
+    def run() -> None:
+        for part in parts:
+            part()
+
+    return run

@@ -37,8 +37,17 @@ def _capability() -> str:
 class CudaRuntime:
     """Binds a plan to device memory. ``graph=False`` launches step by step (for debugging)."""
 
-    def __init__(self, plan: ExecutionPlan, graph: bool = True, precision: str = "fp32"):
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        graph: bool = True,
+        precision: str = "fp32",
+        library_epilogues: bool = True,
+    ):
         self.plan = plan
+        self.library_epilogues = library_epilogues
+        self.launches = 0
+        self.gemm_folded = 0
         self.precision = precision
         self.use_graph = graph and not SIMULATED
         self.stream = cuda.stream()
@@ -52,10 +61,13 @@ class CudaRuntime:
         self.capability = _capability()
         self.kernel_paths: dict[str, str] = {}
         self.gemm_backend = "numba" if SIMULATED else _gemm_backend()
-        self.workspace = None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
+        self.workspace = (
+            None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
+        )
         self.calls = [self._bind(step) for step in plan.steps]
         self.host_out = {
-            n: cuda.pinned_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype)) for n in plan.outputs
+            n: cuda.pinned_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype))
+            for n in plan.outputs
         }
         self.graph = None
         self.stream.synchronize()
@@ -71,27 +83,60 @@ class CudaRuntime:
 
     def _bind(self, step: dict) -> Callable[[], None]:
         if step["kind"] == "kernel":
-            src = self.plan.kernels[step["kernel"]]["cuda"]
-            return self._kernel(step["kernel"], src, step["n"], step["args"])
+            self.launches += 1
+            return self._kernel(step["kernel"], self.plan.kernels[step["kernel"]]["cuda"], step["n"], step["args"])
+        parts = []
+        if step["prologue"]:
+            parts.append(self._bind(step["prologue"]))
+        epilogue_done = False
         if self.gemm_backend == "numba":
             call = gemm_kernel(step, np.dtype(self.plan.slots[step["d"]].dtype))
-            return self._kernel(call.key, call.source_cuda, call.n, call.args)
+            parts.append(self._kernel(call.key, call.source_cuda, call.n, call.args))
+            self.launches += 1
+        else:
+            gemm, epilogue_done = self._lt_gemm(step)
+            parts.append(gemm)
+            self.launches += 1
+        if step["epilogue"] and not epilogue_done:
+            parts.append(self._bind(step["epilogue"]))
+        return parts[0] if len(parts) == 1 else _sequence(parts)
+
+    def _lt_gemm(self, g: dict) -> tuple[Callable[[], None], bool]:
+        """A cuBLASLt call; with the epilogue folded in when cuBLASLt can express it."""
         from .cublaslt import LtGemm
 
-        g = step
-        lt = LtGemm(
-            g["m"], g["n"], g["k"], trans_a=g["trans_a"], trans_b=g["trans_b"],
-            lda=g["lda"], ldb=g["ldb"], ldc=g["ldc"] or g["ldd"], ldd=g["ldd"], batch=g["batch"],
-            stride_a=g["stride_a"], stride_b=g["stride_b"], stride_c=g["stride_c"],
-            stride_d=g["stride_d"], alpha=g["alpha"], beta=g["beta"] if g.get("c") else 0.0,
-            precision=self.precision, workspace_bytes=WORKSPACE_BYTES,
+        common = dict(
+            trans_a=g["trans_a"], trans_b=g["trans_b"], lda=g["lda"], ldb=g["ldb"], ldd=g["ldd"],
+            batch=g["batch"], stride_a=g["stride_a"], stride_b=g["stride_b"],
+            stride_d=g["stride_d"], alpha=g["alpha"], precision=self.precision,
+            workspace_bytes=WORKSPACE_BYTES,
         )
-        ptrs = [_pointer(self.views[g[k]]) if g.get(k) else 0 for k in ("a", "b", "c", "d")]
-        if not g.get("c"):
-            ptrs[2] = ptrs[3]
-        ws = _pointer(self.workspace)
-        handle = _stream_handle(self.stream)
-        return lambda: lt.run(ptrs[0], ptrs[1], ptrs[2], ptrs[3], 0, ws, handle)
+        pat = g.get("pattern") if self.library_epilogues else None
+        lt, folded = None, False
+        if pat and not g.get("c"):
+            try:
+                lt = LtGemm(
+                    g["m"], g["n"], g["k"], ldc=g["ldd"], stride_c=g["stride_d"],
+                    beta=1.0 if pat["residual"] else 0.0, act=pat["act"], bias_axis=pat["bias_axis"],
+                    **common,
+                )
+                c = pat["residual"] or g["d"]
+                bias = pat["bias"]
+                folded = True
+            except NotImplementedError:
+                lt = None
+        if lt is None:
+            lt = LtGemm(
+                g["m"], g["n"], g["k"], ldc=g["ldc"] or g["ldd"], stride_c=g["stride_c"],
+                beta=g["beta"] if g.get("c") else 0.0, **common,
+            )
+            c, bias = g.get("c") or g["d"], None
+        a, b = (_pointer(self.views[g[k]]) for k in ("a", "b"))
+        cc, d = _pointer(self.views[c]), _pointer(self.views[g["d"]])
+        bp = _pointer(self.views[bias]) if bias else 0
+        ws, handle = _pointer(self.workspace), _stream_handle(self.stream)
+        self.gemm_folded += folded
+        return (lambda: lt.run(a, b, cc, d, bp, ws, handle)), folded
 
     # -- running -------------------------------------------------------------------------------
     def _launch_all(self) -> None:
@@ -100,7 +145,9 @@ class CudaRuntime:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():
-            self.views[name].copy_to_device(np.ascontiguousarray(arr).reshape(-1), stream=self.stream)
+            self.views[name].copy_to_device(
+                np.ascontiguousarray(arr).reshape(-1), stream=self.stream
+            )
         if self.use_graph:
             if self.graph is None:
                 self._launch_all()  # compiles every kernel before capture
@@ -116,6 +163,14 @@ class CudaRuntime:
             self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
         self.stream.synchronize()
         return {name: self.host_out[name].copy() for name in self.plan.outputs}
+
+
+def _sequence(parts: list[Callable[[], None]]) -> Callable[[], None]:
+    def run() -> None:
+        for part in parts:
+            part()
+
+    return run
 
 
 def _gemm_backend() -> str:

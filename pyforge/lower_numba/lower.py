@@ -41,6 +41,11 @@ class GemmCall:
     ldc: int = 0
     stride_c: int = 0
     label: str = ""
+    prologue: KernelCall | None = None  # im2col, run before the GEMM
+    epilogue: KernelCall | None = None  # the fused elementwise epilogue, in place on D
+    # the epilogue as BLAS-library terms (bias vector, residual C, activation) when it is exactly
+    # expressible so; a target whose GEMM library has such epilogues may skip the kernel
+    pattern: dict | None = None
 
 
 @dataclass
@@ -108,15 +113,14 @@ class _Elementwise:
             self.kb.emit(f"{self.kb.tensor(self.prog.add(o))}[i] = {self.env[id(o)]}")
 
 
-def _gemm_for(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall]:
-    """GEMM (plus an im2col kernel for non-pointwise convs) computing the anchor into ``d``."""
-    steps = _gemm_steps(node, prog, d)
-    for s in steps:
-        s.label = s.label or f"{node.op} {node.name}"
-    return steps
+def _gemm_for(node: Node, prog: Program, d: str) -> GemmCall:
+    """The GEMM (with an im2col prologue for non-pointwise convs) computing the anchor into d."""
+    call = _gemm_call(node, prog, d)
+    call.label = call.label or f"{node.op} {node.name}"
+    return call
 
 
-def _gemm_steps(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall]:
+def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
     a, b = node.inputs[0], node.inputs[1]
     if node.op == "Gemm":
         at, bt = bool(node.attrs["transA"]), bool(node.attrs["transB"])
@@ -129,7 +133,7 @@ def _gemm_steps(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall
             if tuple(c.shape) != (m, n):
                 raise UnsupportedOperatorError(node.op, node.name, node.opset, "run-time C needing broadcast")
             call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
-        return [call]
+        return call
     if node.op == "MatMul":
         sa, sb = a.shape, b.shape
         k = sa[-1]
@@ -137,7 +141,7 @@ def _gemm_steps(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall
         ldb = 1 if len(sb) == 1 else n
         if len(sb) <= 2:
             m = int(np.prod(sa[:-1])) if len(sa) > 1 else 1
-            return [GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)]
+            return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)
         m = 1 if len(sa) == 1 else sa[-2]
         batch = int(np.prod(sb[:-2]))
         if len(sa) <= 2:
@@ -146,15 +150,15 @@ def _gemm_steps(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall
             stride_a = m * k
         else:
             raise UnsupportedOperatorError(node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}")
-        return [GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, n, n, batch=batch,
-                         stride_a=stride_a, stride_b=k * n, stride_d=m * n)]
+        return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, n, n, batch=batch,
+                        stride_a=stride_a, stride_b=k * n, stride_d=m * n)
     # dense Conv: W[Co, K] @ col[n][K, P] for every image n
     x, y = a, node.outputs[0]
     if len(x.shape) not in (3, 4):
         raise UnsupportedOperatorError(node.op, node.name, node.opset, f"{len(x.shape) - 2}-d convolution")
     co, kk = b.shape[0], int(np.prod(b.shape[1:]))
     p = int(np.prod(y.shape[2:]))
-    steps: list[KernelCall | GemmCall] = []
+    prologue = None
     pointwise = all(v == 1 for v in node.attrs["kernel_shape"] + node.attrs["strides"]) and not any(
         node.attrs["pads"]
     )
@@ -163,13 +167,40 @@ def _gemm_steps(node: Node, prog: Program, d: str) -> list[KernelCall | GemmCall
         src = prog.temp(f"{y.name}::col", (x.shape[0], kk, p), x.dtype)
         kb = KernelBuilder(f"im2col {node.name}")
         im2col(node, kb, (x.shape[0], kk, p))
-        steps.append(kb.build(x.shape[0] * kk * p))
-        steps[-1].writes = [src]
-    steps.append(
-        GemmCall(prog.add(b), src, d, co, p, kk, kk, p, p, batch=x.shape[0],
-                 stride_a=0, stride_b=kk * p, stride_d=co * p, label=node.name)
-    )
-    return steps
+        prologue = kb.build(x.shape[0] * kk * p)
+        prologue.writes = [src]
+    return GemmCall(prog.add(b), src, d, co, p, kk, kk, p, p, batch=x.shape[0], stride_a=0,
+                    stride_b=kk * p, stride_d=co * p, label=f"Conv {node.name}", prologue=prologue)
+
+
+def _library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict | None:
+    """bias (+ residual) (+ Relu/Gelu) after a GEMM, as {"bias", "bias_axis", "residual", "act"}."""
+    out = anchor.outputs[0]
+    rows_axis = 1 if anchor.op == "Conv" else None  # conv D is [Co, P]: bias per row (m)
+    pat: dict = {"bias": None, "bias_axis": None, "residual": None, "act": None}
+    cur, rest = out, list(members)
+
+    def other(node: Node) -> Value | None:
+        ins = [v for v in node.inputs if v is not None]
+        if len(ins) != 2 or cur not in ins:
+            return None
+        return ins[1] if ins[0] is cur else ins[0]
+
+    if rest and rest[0].op == "Add" and (v := other(rest[0])) is not None and v.const is not None:
+        nd = len(out.shape)
+        want_m = rows_axis is not None and v.shape == (1, out.shape[1]) + (1,) * (nd - 2)
+        want_n = rows_axis is None and v.shape in ((out.shape[-1],), (1, out.shape[-1]))
+        if want_m or want_n:
+            pat.update(bias=prog.add(v), bias_axis="m" if want_m else "n")
+            cur = rest.pop(0).outputs[0]
+    if rest and rest[0].op == "Add" and (v := other(rest[0])) is not None:
+        if v.const is None and v.shape == out.shape and v.dtype == out.dtype:
+            pat["residual"] = prog.add(v)
+            cur = rest.pop(0).outputs[0]
+    if rest and rest[0].op in ("Relu", "Gelu") and rest[0].inputs[0] is cur:
+        if rest[0].op == "Relu" or rest[0].attr("approximate", "none") == "tanh":
+            pat["act"] = rest.pop(0).op.lower()
+    return None if rest else pat
 
 
 def _lower_group(node: Node, prog: Program) -> None:
@@ -199,9 +230,12 @@ def _lower_group(node: Node, prog: Program) -> None:
             outs[0].shape == a_out.shape and outs[0].dtype == a_out.dtype
         )
         d = prog.add(outs[0]) if in_place else prog.add(a_out)
-        prog.steps += _gemm_for(anchor, prog, d)
+        gemm_call = _gemm_for(anchor, prog, d)
+        prog.steps.append(gemm_call)
         if not epilogue:
             return
+        if in_place:
+            gemm_call.pattern = _library_epilogue(anchor, epilogue, prog)
         if in_place:
             ew.env[id(a_out)] = kb.tmp()
             kb.emit(f"{ew.env[id(a_out)]} = {kb.tensor(d)}[i]")
@@ -216,7 +250,10 @@ def _lower_group(node: Node, prog: Program) -> None:
     ew.store(outs)
     call = kb.build(int(np.prod(shape)))
     call.writes = [o.name for o in outs]
-    call.pointwise_reads = [] if anchor is not None and not gemm else ew.pointwise
+    if gemm:
+        gemm_call.epilogue = call  # no in-place reuse: the GEMM writes D before C is read
+        return
+    call.pointwise_reads = [] if anchor is not None else ew.pointwise
     prog.steps.append(call)
 
 

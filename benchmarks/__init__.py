@@ -1,0 +1,1 @@
+"""asv benchmarks (bench_models.py) and stand-alone measurement scripts."""

@@ -1,0 +1,294 @@
+"""The ``pyforge`` command line: compile, run, bench and explain ONNX models.
+
+    pyforge compile MODEL.onnx -o DIR [--target cpu|cuda] [--no-fusion]
+    pyforge run DIR|MODEL [--input x.npy | --random SEED] [-o out.npy]
+    pyforge bench DIR|MODEL [--runs N]
+    pyforge explain MODEL [--html OUT.html]
+
+MODEL is a path to an .onnx file or one of the built-in test models (mlp, ew, resnet50).
+Errors are one line on stderr with exit code 1; usage errors exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+BUILTIN = ("mlp", "ew", "resnet50")
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit code 1."""
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _resolve(spec: str) -> tuple[str, str]:
+    """(kind, path): kind is "plan" for a saved plan directory, else "onnx"."""
+    if os.path.isdir(spec):
+        if not os.path.isfile(os.path.join(spec, "plan.json")):
+            raise CliError(f"{spec} is a directory but not a saved plan (no plan.json)")
+        return "plan", spec
+    if os.path.isfile(spec):
+        return "onnx", spec
+    if spec in BUILTIN:
+        from .models import cached_model
+
+        return "onnx", cached_model(spec)
+    raise CliError(f"{spec}: no such file or directory, and not a built-in model {list(BUILTIN)}")
+
+
+def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) -> Any:
+    """pyforge.compile in its two phases, reporting each pass and the kernel build."""
+    from . import CompiledModel, default_target
+    from .compiler import compile_to_plan
+
+    target = target or default_target()
+    t0 = time.perf_counter()
+    if verbose:
+        _progress(f"[1/3] import + optimise {path}")
+    plan, details = compile_to_plan(path, fusion_on=fusion)
+    if verbose:
+        prev = None
+        for name, count in details["pass_ops"]:
+            change = "" if prev is None or prev == count else f" ({count - prev:+d})"
+            _progress(f"      {name:<14} {count:5d} ops{change}")
+            prev = count
+        _progress(f"[2/3] bind the {target} runtime ({time.perf_counter() - t0:.2f} s so far)")
+    model = CompiledModel(plan, target)
+    model.details = details
+    if verbose:
+        # Numba compiles (or loads from its disk cache) each kernel at its first call.
+        _progress(
+            f"[3/3] JIT-compile {len(plan.kernels)} distinct kernel(s) by running once "
+            f"({time.perf_counter() - t0:.2f} s so far)"
+        )
+        model.predict(_random_feeds(model, 0))
+        _progress(f"      done in {time.perf_counter() - t0:.2f} s")
+    return model
+
+
+def _load(spec: str, target: str | None, fusion: bool = True, verbose: bool = True) -> Any:
+    kind, path = _resolve(spec)
+    if kind == "plan":
+        import pyforge
+
+        return pyforge.load(path, target=target), None
+    return _compile(path, target, fusion, verbose), path
+
+
+def _random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded standard-normal inputs, in the same order and dtype as models.random_inputs."""
+    rng = np.random.default_rng(seed)
+    return {
+        name: rng.standard_normal(shape).astype(dtype)
+        for name, shape, dtype in model.plan.signature(model.input_names)
+    }
+
+
+def _summary_stats(model: Any) -> str:
+    s = model.stats
+    return (
+        f"{s.get('ops_in', '?')} ONNX ops -> {s.get('ops_out', '?')} nodes, "
+        f"{s['launches']} launches ({s.get('kernels', '?')} kernels + {s.get('gemms', '?')} "
+        f"GEMMs), arena {s['arena_bytes'] / 2**20:.2f} MiB, target {model.target}"
+    )
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    kind, path = _resolve(args.model)
+    if kind == "plan":
+        raise CliError(f"{args.model} is already a compiled plan; compile takes an .onnx model")
+    model = _compile(path, args.target, not args.no_fusion)
+    model.save(args.output)
+    print(f"compiled  {_summary_stats(model)}")
+    print(f"saved     {args.output}/plan.json, weights.bin, kernels/ ({len(model.plan.kernels)})")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    model, _ = _load(args.model, args.target, not args.no_fusion)
+    if args.input:
+        try:
+            x = np.load(args.input)
+        except (OSError, ValueError) as e:
+            raise CliError(f"cannot read {args.input}: {e}") from None
+        feeds = dict(x) if isinstance(x, np.lib.npyio.NpzFile) else {model.input_names[0]: x}
+        source = args.input
+    else:
+        feeds = _random_feeds(model, args.random)
+        source = f"random, seed {args.random}"
+    t0 = time.perf_counter()
+    y = model.predict(feeds)
+    dt = time.perf_counter() - t0
+    outs = y if isinstance(y, dict) else {model.output_names[0]: y}
+    for name, v in feeds.items():
+        print(f"input     {name}: {v.dtype}{list(v.shape)} ({source})")
+    for name, v in outs.items():
+        print(
+            f"output    {name}: {v.dtype}{list(v.shape)} min {v.min():.4g} max {v.max():.4g} "
+            f"mean {v.mean():.4g}; first {np.array2string(v.ravel()[:4], precision=4)}"
+        )
+    print(f"time      {dt * 1e3:.2f} ms")
+    if args.output:
+        if len(outs) == 1:
+            np.save(args.output, next(iter(outs.values())))
+        else:
+            np.savez(args.output, **outs)
+        print(f"saved     {args.output}")
+    return 0
+
+
+def _time(fn: Any, runs: int, warmup: int) -> np.ndarray:
+    for _ in range(warmup):
+        fn()
+    times = np.empty(runs)
+    for i in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times[i] = time.perf_counter() - t0
+    return times * 1e3
+
+
+def _latency(times: np.ndarray) -> str:
+    return (
+        f"median {np.median(times):8.3f} ms   p99 {np.percentile(times, 99):8.3f} ms   "
+        f"min {times.min():8.3f} ms"
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise CliError("--runs must be at least 1")
+    model, onnx_path = _load(args.model, args.target, not args.no_fusion)
+    feeds = _random_feeds(model, 0)
+    t = _time(lambda: model.predict(feeds), args.runs, args.warmup)
+    s = model.stats
+    print(f"model     {args.model} ({args.runs} runs after {args.warmup} warm-up)")
+    print(f"pyforge   {_latency(t)}   [{model.target}]")
+    if onnx_path and not args.no_ort:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        r = _time(lambda: sess.run(None, feeds), args.runs, args.warmup)
+        print(
+            f"ORT cpu   {_latency(r)}   [{ort.get_device()} EP, ratio {np.median(r) / np.median(t):.2f}x]"
+        )
+    print(
+        f"launches  {s['launches']} per inference ({s.get('kernels', '?')} kernels, "
+        f"{s.get('gemms', '?')} GEMMs)"
+    )
+    print(
+        f"arena     {s['arena_bytes']:,} B (one buffer per tensor {s['naive_bytes']:,} B; "
+        f"liveness bound {s['lower_bound_bytes']:,} B)"
+    )
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from . import explain
+
+    kind, path = _resolve(args.model)
+    if kind == "plan":
+        raise CliError("explain needs the ONNX model (a saved plan keeps no pass details)")
+    model = _compile(path, args.target, not args.no_fusion, verbose=False)
+    print(explain.report(model))
+    if args.html:
+        explain.write_html(model, args.html, title=f"pyforge explain: {args.model}")
+        print(f"\nwrote {args.html}")
+    return 0
+
+
+# -- parser -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    ap = argparse.ArgumentParser(
+        prog="pyforge",
+        description="pyforge: compile ONNX models to fused Numba kernels, run, time and explain.",
+        epilog="MODEL: an .onnx path or a built-in test model (mlp, ew, resnet50). "
+        "DIR: a plan saved by `pyforge compile`.",
+    )
+    ap.add_argument("--version", action="version", version=f"pyforge {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--target", choices=["cpu", "cuda"], default=None, help="default: cuda if usable"
+        )
+        p.add_argument("--no-fusion", action="store_true", help="one kernel per op")
+
+    p = sub.add_parser("compile", help="compile an ONNX model and save the plan to a directory")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="plan directory")
+    common(p)
+    p.set_defaults(fn=cmd_compile)
+
+    p = sub.add_parser("run", help="run one inference and write the output")
+    p.add_argument("model", metavar="DIR|MODEL")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--input", metavar="X.npy", help="input array (.npz: one array per input)")
+    g.add_argument("--random", type=int, default=0, metavar="SEED", help="seeded random input")
+    p.add_argument("-o", "--output", metavar="OUT.npy", help="write the output here")
+    common(p)
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("bench", help="time predict(), beside ONNX Runtime for an ONNX model")
+    p.add_argument("model", metavar="DIR|MODEL")
+    p.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    p.add_argument("--no-ort", action="store_true", help="skip the ONNX Runtime comparison")
+    common(p)
+    p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("explain", help="show passes, fused groups, kernels and the memory plan")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--html", metavar="OUT.html", help="also write a self-contained HTML page")
+    common(p)
+    p.set_defaults(fn=cmd_explain)
+    return ap
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``pyforge`` script; returns the exit code."""
+    from .errors import PyforgeError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (CliError, PyforgeError) as e:
+        print(f"pyforge {args.command}: error: {_one_line(e)}", file=sys.stderr)
+    except OSError as e:
+        print(f"pyforge {args.command}: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"pyforge {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a compiler bug: still one line, the traceback on request
+        if os.environ.get("PYFORGE_DEBUG"):
+            raise
+        print(
+            f"pyforge {args.command}: internal error: {type(e).__name__}: {_one_line(e)} "
+            "(set PYFORGE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ from .frontend import import_onnx, load_model
 from .lower_numba.emit import KernelCall
 from .lower_numba.lower import GemmCall, Program, lower_graph
 from .opt import canonicalize, fusion, simplify  # noqa: F401  (register passes)
-from .opt.memory_plan import Buffer, plan_memory
+from .opt.memory_plan import Buffer, check_no_overlap, plan_memory
 from .opt.passes import PassManager
 
 ALIGN = 256
@@ -85,6 +85,8 @@ def build_plan(prog: Program) -> ExecutionPlan:
                     if s in last and last[s] == i and first.get(d) == i and s != d:
                         inplace.append((s, d))
     mem = plan_memory(buffers, ALIGN, inplace)
+    # cheap (one pass over conflict lists), so every plan ever built is checked, tests included
+    check_no_overlap(buffers, mem.offsets, ALIGN, inplace)
     for name, info in prog.tensors.items():
         base = _base(prog, name)
         if base in mem.offsets:

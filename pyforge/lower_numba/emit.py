@@ -18,6 +18,7 @@ import numpy as np
 from numba import float32 as f32, float64 as f64
 from numba.core.types import float16 as f16
 from numba import int8 as i8, int32 as i32, int64 as i64, uint8 as u8, boolean as b1
+from numba import int16 as i16, uint16 as u16, uint32 as u32, uint64 as u64
 """
 
 _CPU = """\
@@ -27,6 +28,19 @@ from numba import njit, prange
 @njit(parallel={parallel}, cache=True, nogil=True)
 def kernel(n, {params}):
     for i in prange(n):
+{body}
+"""
+
+_CPU_ROWS = """\
+from numba import njit, prange
+
+
+@njit(parallel={parallel}, cache=True, nogil=True)
+def kernel(n, {params}):
+    rows = n // max({inner}, 1)
+    for o in prange(rows):
+        for j in range({inner}):
+            i = o * {inner} + j
 {body}
 """
 
@@ -80,9 +94,10 @@ class KernelBuilder:
     label: str
     params: list[str] = field(default_factory=list)
     args: list[tuple[str, object]] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
+    lines: list = field(default_factory=list)  # str, or (cpu form, cuda form)
     _tensors: dict[str, str] = field(default_factory=dict)
     _counter: int = 0
+    inner: str | None = None  # the int param holding the innermost output dimension
 
     def tmp(self, prefix: str = "v") -> str:
         self._counter += 1
@@ -102,8 +117,10 @@ class KernelBuilder:
         self.args.append(("i", int(value)))
         return p
 
-    def emit(self, line: str, indent: int = 0) -> None:
-        self.lines.append("    " * indent + line)
+    def emit(self, line: str, indent: int = 0, cuda: str | None = None) -> None:
+        """Add a body line; ``cuda`` gives a different form of it for the cuda kernel."""
+        pad = "    " * indent
+        self.lines.append(pad + line if cuda is None else (pad + line, pad + cuda))
 
     def coords(self, shape: tuple[int, ...], flat: str = "i") -> list[str]:
         """Emit the decomposition of ``flat`` into coordinates of ``shape``."""
@@ -113,9 +130,15 @@ class KernelBuilder:
         rem = flat
         for axis in range(len(shape) - 1, 0, -1):
             d = self.int_param(shape[axis], "d")
-            self.emit(f"{names[axis]} = {rem} % {d}")
             nxt = self.tmp("r")
-            self.emit(f"{nxt} = {rem} // {d}")
+            if flat == "i" and self.inner is None and len(shape) > 1:
+                # cpu loops rows x columns: the last coordinate is the inner index, no division
+                self.inner = d
+                self.emit(f"{names[axis]} = j", cuda=f"{names[axis]} = {rem} % {d}")
+                self.emit(f"{nxt} = o", cuda=f"{nxt} = {rem} // {d}")
+            else:
+                self.emit(f"{names[axis]} = {rem} % {d}")
+                self.emit(f"{nxt} = {rem} // {d}")
             rem = nxt
         self.emit(f"{names[0]} = {rem}")
         return names
@@ -128,12 +151,21 @@ class KernelBuilder:
             terms.append(c if s == 1 else f"{c} * {self.int_param(s, 's')}")
         return " + ".join(terms) or "0"
 
+    def _body(self, target: int, indent: str) -> str:
+        return "\n".join(indent + (ln if isinstance(ln, str) else ln[target]) for ln in self.lines)
+
     def build(self, n: int, parallel: bool = True) -> KernelCall:
-        body = "\n".join("        " + line for line in self.lines)
         params = ", ".join(self.params)
-        cpu = _HEADER + "\n" + _CPU.format(params=params, body=body, parallel=parallel)
-        cuda = _HEADER + "\n" + _CUDA.format(params=params, body=body)
-        key = hashlib.sha1(body.encode() + params.encode() + str(parallel).encode()).hexdigest()[:16]
+        body_cuda = self._body(1, "        ")
+        if self.inner is None:
+            cpu = _CPU.format(params=params, body=self._body(0, "        "), parallel=parallel)
+        else:
+            cpu = _CPU_ROWS.format(
+                params=params, body=self._body(0, "            "), parallel=parallel, inner=self.inner
+            )
+        cpu = _HEADER + "\n" + cpu
+        cuda = _HEADER + "\n" + _CUDA.format(params=params, body=body_cuda)
+        key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
         return KernelCall(cpu, cuda, key, int(n), list(self.args), self.label)
 
 

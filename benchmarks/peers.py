@@ -1,0 +1,235 @@
+"""pyforge beside its peers, in one run on one machine: PyTorch (eager, CUDA graph, torch.compile)
+and ONNX Runtime, on ResNet-50 and the MLP at batch 1 and 32.
+
+    python benchmarks/peers.py [--models resnet50,mlp] [--batches 1,32] [--runs 200] [--out FILE]
+
+Peers that are not installed (or have no GPU) are skipped, not faked. Prints a markdown table
+with date, machine and versions; that is the table BENCHMARKS.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import pyforge
+from pyforge.models import cached_model, random_inputs
+
+
+def measure(fn: Callable[[], object], runs: int, warmup: int = 10) -> dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    t = np.array(times) * 1e3
+    return {"median_ms": float(np.median(t)), "p99_ms": float(np.percentile(t, 99))}
+
+
+def torch_module(name: str, path: str):
+    """The same network in PyTorch, with the ONNX file's weights (names match torchvision)."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(path).graph.initializer}
+    if name == "resnet50":
+        import torchvision
+
+        net = torchvision.models.resnet50()
+        state = {}
+        for key in net.state_dict():
+            base, _, leaf = key.rpartition(".")
+            src = {"running_mean": "mean", "running_var": "var"}.get(leaf, leaf)
+            if leaf == "num_batches_tracked":
+                continue
+            for cand in (key, f"{base}.{src}"):
+                if cand in weights:
+                    state[key] = weights[cand]
+                    break
+        missing = net.load_state_dict(state, strict=False).missing_keys
+        missing = [k for k in missing if not k.endswith("num_batches_tracked")]
+        if missing:
+            raise RuntimeError(f"weights not mapped: {missing[:5]}")
+        return net.eval()
+    # mlp: fc1 and fc3 are Gemm(transB=1) with torch's [out, in] layout; fc2 is MatMul [in, out]
+    net = torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    )
+    with torch.no_grad():
+        for layer, prefix, transpose in ((net[0], "fc1", False), (net[2], "fc2", True), (net[4], "fc3", False)):
+            w = weights[f"{prefix}.weight"]
+            layer.weight.copy_(w.T if transpose else w)
+            layer.bias.copy_(weights[f"{prefix}.bias"])
+    return net.eval()
+
+
+def torch_peers(name: str, path: str, x: np.ndarray, runs: int) -> dict[str, dict]:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    net = torch_module(name, path)
+    if net is None:
+        return {}
+    net = net.cuda()
+    xt = torch.from_numpy(x).cuda()
+    out: dict[str, dict] = {}
+    with torch.inference_mode():
+
+        def eager():
+            net(xt)
+            torch.cuda.synchronize()
+
+        out["PyTorch eager (fp32, TF32 off)"] = measure(eager, runs)
+        static_x = xt.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                net(static_x)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            net(static_x)
+
+        def graphed():
+            g.replay()
+            torch.cuda.synchronize()
+
+        out["PyTorch CUDA graph (fp32)"] = measure(graphed, runs)
+        try:
+            t0 = time.perf_counter()
+            comp = torch.compile(net, mode="reduce-overhead")
+            for _ in range(3):
+                comp(xt)
+            torch.cuda.synchronize()
+            compile_s = time.perf_counter() - t0
+
+            def compiled():
+                comp(xt)
+                torch.cuda.synchronize()
+
+            out["torch.compile reduce-overhead"] = dict(measure(compiled, runs), compile_s=compile_s)
+        except Exception as e:  # a peer that fails to build is reported, not faked
+            print(f"torch.compile failed: {type(e).__name__}: {e}", file=sys.stderr)
+    return out
+
+
+def ort_peer(path: str, feeds: dict, runs: int) -> dict[str, dict]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {}
+    out = {}
+    for provider in ort.get_available_providers():
+        if provider not in ("CPUExecutionProvider", "CUDAExecutionProvider"):
+            continue
+        sess = ort.InferenceSession(path, providers=[provider])
+        out[f"ONNX Runtime {provider.replace('ExecutionProvider', '')}"] = measure(
+            lambda: sess.run(None, feeds), max(runs // 4, 10), warmup=3
+        )
+    return out
+
+
+def pyforge_rows(path: str, feeds: dict, target: str, runs: int) -> dict[str, dict]:
+    out = {}
+    variants = [("fp32", {})]
+    if target == "cuda":
+        variants.append(("tf32", {"precision": "tf32"}))
+    for label, opts in variants:
+        t0 = time.perf_counter()
+        model = pyforge.compile(path, target=target, **opts)
+        model.predict(feeds)
+        compile_s = time.perf_counter() - t0
+        row = measure(lambda: model.predict(feeds), runs)
+        row.update(launches=model.stats["launches"], compile_s=compile_s)
+        out[f"pyforge {target} {label} predict (numpy in/out)"] = row
+        rt = model.runtime
+        if target == "cuda" and getattr(rt, "graph", None) is not None:
+
+            def replay():
+                rt.graph.replay()
+                rt.stream.synchronize()
+
+            out[f"pyforge {target} {label} graph replay (on device)"] = dict(
+                measure(replay, runs), launches=model.stats["launches"]
+            )
+    return out
+
+
+def environment() -> str:
+    parts = [datetime.date.today().isoformat(), platform.machine(), f"python {platform.python_version()}"]
+    try:
+        import numba
+
+        parts.append(f"numba {numba.__version__}")
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        parts.append(f"torch {torch.__version__}")
+        if torch.cuda.is_available():
+            parts.append(torch.cuda.get_device_name(0))
+            parts.append(f"driver {torch.version.cuda} (cuda runtime)")
+    except ImportError:
+        pass
+    try:
+        import onnxruntime as ort
+
+        parts.append(f"onnxruntime {ort.__version__}")
+    except ImportError:
+        pass
+    return ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50,mlp")
+    ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--target", default=None)
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args(argv)
+    target = args.target or pyforge.default_target()
+    lines = [f"Measured {environment()}; target {target}; median and p99 of {args.runs} runs after warm-up.", ""]
+    lines.append("| model | batch | system | median ms | p99 ms | items/s | launches | compile s |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            path = cached_model(name, batch=batch)
+            feeds = random_inputs(path, seed=0)
+            x = next(iter(feeds.values()))
+            rows = pyforge_rows(path, feeds, target, args.runs)
+            if not args.no_torch:
+                rows.update(torch_peers(name, path, x, args.runs))
+            rows.update(ort_peer(path, feeds, args.runs))
+            for system, r in rows.items():
+                lines.append(
+                    f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
+                    f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} "
+                    f"| {r['compile_s']:.1f} |" if "compile_s" in r else
+                    f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
+                    f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} | |"
+                )
+            print("\n".join(lines[-len(rows):]), flush=True)
+    print("\n" + "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

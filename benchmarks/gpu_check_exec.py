@@ -163,24 +163,38 @@ def check(name, m, n, k, *, inplace=False, **kw):
 
 def section_correctness() -> None:
     log("== (a) LtGemm vs numpy float64 ==")
-    conv = {"batch": 2, "stride_a": 0}  # W[64,576] shared across the batch
-    for prec in ("fp32", "tf32"):
-        check(f"conv 64x576@576x3136 b2 sA=0 {prec}", 64, 3136, 576, precision=prec, **conv)
-    check("conv b2 sA=0 bias_m", 64, 3136, 576, bias_axis="m", **conv)
-    check("conv b2 sA=0 bias_m relu beta1", 64, 3136, 576, bias_axis="m", act="relu", beta=1.0, **conv)  # fmt: skip
-    check("conv b2 sA=0 relu beta1", 64, 3136, 576, act="relu", beta=1.0, **conv)
-    check("fc 1x2048@(1000x2048)^T bias_n", 1, 1000, 2048, trans_b=True, bias_axis="n")
-    check("fc 1x2048@(1000x2048)^T bias_n tf32", 1, 1000, 2048, trans_b=True, bias_axis="n", precision="tf32")  # fmt: skip
-    check("nhwc 3136x576@576x64 bias_n relu", 3136, 64, 576, bias_axis="n", act="relu")
-    check("nhwc 3136x576@576x64 bias_n relu beta1", 3136, 64, 576, bias_axis="n", act="relu", beta=1.0)  # fmt: skip
-    check("nhwc bias_n relu beta1 C==D inplace", 3136, 64, 576, bias_axis="n", act="relu", beta=1.0, inplace=True)  # fmt: skip
+    conv = {"batch": 2, "stride_a": 0}  # NCHW: W[64,576] shared by both images' col[576,3136]
+    res_relu = {"act": "relu", "beta": 1.0}
+    fused = {"bias_axis": "n", "act": "relu", "beta": 1.0}
+    cases = [
+        ("nchw conv 64x576@576x3136 b2 sA=0", (64, 3136, 576), conv),
+        ("nchw conv b2 sA=0 tf32", (64, 3136, 576), {**conv, "precision": "tf32"}),
+        ("nchw conv b2 sA=0 relu+res", (64, 3136, 576), {**conv, **res_relu}),
+        ("nchw conv b2 sA=0 bias_m", (64, 3136, 576), {**conv, "bias_axis": "m"}),
+        ("fc 1x2048@(1000x2048)^T bias_n", (1, 1000, 2048), {"trans_b": True, "bias_axis": "n"}),
+        ("fc bias_n tf32", (1, 1000, 2048),
+         {"trans_b": True, "bias_axis": "n", "precision": "tf32"}),
+        ("nhwc 3136x576@576x64 bias_n relu", (3136, 64, 576), {"bias_axis": "n", "act": "relu"}),
+        ("nhwc bias_n relu+res", (3136, 64, 576), fused),
+        ("nhwc W^T bias_n relu+res", (3136, 64, 576), {**fused, "trans_b": True}),
+        ("nhwc bias_n relu+res C==D inplace", (3136, 64, 576), {**fused, "inplace": True}),
+        ("batched b3 120x90x40 trans_b bias_n", (120, 90, 40),
+         {"batch": 3, "trans_b": True, "bias_axis": "n"}),
+        ("gelu(tanh) bias_n 256x512x128", (256, 512, 128), {"bias_axis": "n", "act": "gelu"}),
+        ("fp16 256x512x128 bias_n relu", (256, 512, 128),
+         {"bias_axis": "n", "act": "relu", "precision": "fp16"}),
+    ]  # fmt: skip
     for ta in (False, True):
         for tb in (False, True):
-            check(f"trans_a={ta:d} trans_b={tb:d} 100x70x50 pad3 a=.5 b=2", 100, 70, 50,
-                  trans_a=ta, trans_b=tb, pad=3, alpha=0.5, beta=2.0)  # fmt: skip
-    check("batched b3 120x90x40 trans_b bias_n", 120, 90, 40, batch=3, trans_b=True, bias_axis="n")
-    check("gelu bias_n 256x512x128 (tanh gelu)", 256, 512, 128, bias_axis="n", act="gelu")
-    check("fp16 256x512x128 bias_n relu", 256, 512, 128, bias_axis="n", act="relu", precision="fp16")  # fmt: skip
+            cases.append(
+                (
+                    f"trans_a={ta:d} trans_b={tb:d} 100x70x50 pad3 a=.5 b=2",
+                    (100, 70, 50),
+                    {"trans_a": ta, "trans_b": tb, "pad": 3, "alpha": 0.5, "beta": 2.0},
+                )
+            )
+    for name, (m, n, k), kw in cases:
+        check(name, m, n, k, **kw)
 
 
 def section_semantics() -> None:
@@ -215,7 +229,7 @@ def section_graph() -> dict:
     s = raw_stream(stream)
     w_host = rng.uniform(-1, 1, (k, n)).astype(np.float32)
     bias_host = rng.uniform(-1, 1, n).astype(np.float32)
-    x_in = cuda.device_array(m * k, np.float32)
+    x_in = cuda.to_device(rng.uniform(-1, 1, m * k).astype(np.float32))  # for the warm-up run
     a_buf = cuda.device_array(m * k, np.float32)
     d_buf = cuda.device_array(m * n, np.float32)
     out = cuda.device_array(m * n, np.float32)
@@ -257,14 +271,9 @@ def section_graph() -> dict:
     TABLE.append(
         ("graph k+gemm+k replay x3", "fp32", f"rel {worst:.1e} nodes={graph.n_nodes} {mode}")
     )
-    return {
-        "stream": stream,
-        "graph": graph,
-        "gemm": g,
-        "ptrs": ptrs,
-        "pipeline": pipeline,
-        "x_in": x_in,
-    }
+    # The graph holds raw pointers only: every buffer it touches must outlive it.
+    keep = (x_in, a_buf, d_buf, out, w, bias, work, g)
+    return {"stream": stream, "graph": graph, "pipeline": pipeline, "x_in": x_in, "keep": keep}
 
 
 def host_us(fn, calls: int, rounds: int = 5) -> float:
@@ -297,11 +306,58 @@ def gpu_us(fn, stream, calls: int = 100, rounds: int = 7) -> float:
 
 def gemm_runner(m, n, k, stream, **kw):
     """An LtGemm on random buffers, and the argument tuple for its run()."""
-    g = LtGemm(m, n, k, cache_dir=CACHE, **kw)
+    kw.setdefault("cache_dir", CACHE)
+    g = LtGemm(m, n, k, **kw)
     bufs = [rng.uniform(-1, 1, size).astype(np.float32) for size in (m * k, k * n, m * n, m * n)]
     bufs.append(rng.uniform(-1, 1, max(m, n)).astype(np.float32))
     dev = [cuda.to_device(x) for x in bufs] + [cuda.device_array(WS_BYTES, np.uint8)]
     return g, (*(ptr(x) for x in dev), raw_stream(stream)), dev
+
+
+def graph_gpu_us(fn, stream, reps: int = 20, rounds: int = 5) -> float:
+    """Median GPU microseconds per fn() call, from replays of a graph of `reps` calls."""
+    graph = CudaGraph(stream)
+    graph.capture(lambda: [fn() for _ in range(reps)])
+    start, stop = cuda.event(), cuda.event()
+    per = []
+    for _ in range(rounds):
+        start.record(stream)
+        graph.replay()
+        stop.record(stream)
+        stop.synchronize()
+        per.append(start.elapsed_time(stop) * 1e3 / reps)
+    graph.close()
+    return statistics.median(per)
+
+
+def torch_peer(m, n, k, tf32: bool) -> float | None:
+    """GPU microseconds of torch.mm on the same shape, from a captured CUDA graph of 20."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a = torch.rand(m, k, device="cuda") - 0.5
+    b = torch.rand(k, n, device="cuda") - 0.5
+    out = torch.empty(m, n, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            torch.mm(a, b, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            torch.mm(a, b, out=out)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per = []
+    for _ in range(5):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        per.append(start.elapsed_time(stop) * 1e3 / 20)
+    return statistics.median(per)
 
 
 def section_timing(graph_state: dict) -> None:
@@ -313,10 +369,21 @@ def section_timing(graph_state: dict) -> None:
         g.run(*args)
 
     t = host_us(call, 500)
-    log(f"  LtGemm.run host time (1x2048x1000 fc): {t:.2f} us/call")
-    TABLE.append(("LtGemm.run host time", "fp32", f"{t:.2f} us/call"))
-    t = gpu_us(call, stream)
-    TABLE.append(("fc 1x2048x1000 bias GPU", "fp32", f"{t:.2f} us"))
+    handle, desc, alpha, beta, algo = g._run_args
+    a, b, _, d, _, work, s = args
+    bare = (handle, desc, alpha, b, g._la, a, g._lb, beta, d, g._lc, d, g._ld, algo, work)
+
+    def bare_call() -> None:
+        lt.matmul(*bare, WS_BYTES, s)
+
+    t_bare = host_us(bare_call, 500)
+    log(f"  LtGemm.run host time (fc): {t:.2f} us/call; bare nvmath lt.matmul {t_bare:.2f} us")
+    TABLE.append(("LtGemm.run host time", "fp32", f"{t:.2f} us/call (bare lt.matmul {t_bare:.2f})"))
+    t_ev, t_gr = gpu_us(call, stream), graph_gpu_us(call, stream)
+    t_pt = torch_peer(1, 1000, 2048, False)
+    t_pt = f"{t_pt:.2f}" if t_pt is not None else "n/a"
+    summary = f"{t_gr:.2f} us graph, {t_ev:.2f} us stream, torch {t_pt}"
+    TABLE.append(("fc 1x2048x1000 bias GPU", "fp32", summary))
 
     for prec in ("fp32", "tf32"):
         for label, (m, n, k), kw in (
@@ -326,15 +393,25 @@ def section_timing(graph_state: dict) -> None:
              {"bias_axis": "n", "act": "relu", "beta": 1.0}),
         ):  # fmt: skip
             g, args, _keep = gemm_runner(m, n, k, stream, precision=prec, **kw)
-            t = gpu_us(lambda g=g, args=args: g.run(*args), stream, calls=200)
+            t = graph_gpu_us(lambda g=g, args=args: g.run(*args), stream)
             h = LtGemm(m, n, k, precision=prec, autotune=False, **kw)
-            t_h = gpu_us(lambda h=h, args=args: h.run(*args), stream, calls=200)
+            t_h = graph_gpu_us(lambda h=h, args=args: h.run(*args), stream)
             flops = 2 * m * n * k / (t * 1e-6) / 1e12
             cands = ", ".join(f"{c:.1f}" for c in g.candidates_us) or "cached"
             log(f"  {label} {prec}: candidates (us, heuristic order): {cands}")
             log(f"  {label} {prec}: {t:.2f} us autotuned ({flops:.1f} TFLOP/s), "
                 f"{t_h:.2f} us heuristic top-1")  # fmt: skip
             TABLE.append((f"{label} GPU", prec, f"{t:.2f} us (heur top-1 {t_h:.2f})"))
+        t_pt = torch_peer(3136, 64, 576, prec == "tf32")
+        t_pt = f"{t_pt:.2f} us" if t_pt is not None else "n/a"
+        TABLE.append(("torch.mm (3136x576)x(576x64) GPU", prec, t_pt))
+
+    fresh = tempfile.mkdtemp(prefix="pyforge_lt32_")
+    g32, args, _keep = gemm_runner(3136, 64, 576, stream, n_candidates=32, cache_dir=fresh)
+    t = graph_gpu_us(lambda: g32.run(*args), stream)
+    cands = ", ".join(f"{c:.1f}" for c in g32.candidates_us)
+    log(f"  (3136x576)x(576x64) fp32 from 32 candidates: {t:.2f} us; candidates: {cands}")
+    TABLE.append(("(3136x576)x(576x64) 32 candidates", "fp32", f"{t:.2f} us"))
 
     t0 = time.perf_counter()
     LtGemm(3136, 64, 576, cache_dir=CACHE)

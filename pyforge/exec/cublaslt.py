@@ -18,10 +18,10 @@ from nvmath import CudaDataType
 from nvmath.bindings import cublas
 from nvmath.bindings import cublasLt as lt
 
-from pyforge.exec.cuda_graph import raw_stream
+from pyforge.exec.cuda_graph import CudaGraph, raw_stream
 
 _NOT_SUPPORTED = 15  # CUBLAS_STATUS_NOT_SUPPORTED
-_N_CANDIDATES = 8
+_OP = {False: cublas.Operation.N, True: cublas.Operation.T}
 
 # precision -> (compute type, storage dtype, cuda data type)
 _PRECISIONS = {
@@ -58,7 +58,7 @@ def _set_attr(setter, getter, obj: int, attr, value) -> None:
     setter(obj, attr, buf.ctypes.data, buf.nbytes)
 
 
-def _layout(dtype, rows, cols, ld, stride, batch, row_order) -> int:
+def _layout(dtype, batch, rows, cols, ld, stride) -> int:
     layout = lt.matrix_layout_create(dtype, rows, cols, ld)
     attr = lt.MatrixLayoutAttribute
 
@@ -67,8 +67,6 @@ def _layout(dtype, rows, cols, ld, stride, batch, row_order) -> int:
             lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, layout, a, v
         )
 
-    if row_order:
-        put(attr.ORDER, lt.Order.ROW)
     if batch > 1:
         put(attr.BATCH_COUNT, batch)
         put(attr.STRIDED_BATCH_OFFSET, stride)
@@ -93,14 +91,17 @@ class LtGemm:
     A is (m x k) after op, B is (k x n) after op, C and D are (m x n); all row-major with
     leading dimensions in elements. A stride of 0 broadcasts that operand over the batch.
     ``bias_axis='n'`` is one bias value per output column (length n), ``'m'`` one per row
-    (length m); a variant cuBLASLt cannot fuse raises NotImplementedError, so the caller can
-    fall back to a separate kernel. ``act='gelu'`` is cuBLASLt's tanh approximation.
+    (length m); cuBLASLt fuses only the first, so ``'m'`` raises NotImplementedError and the
+    caller falls back to a separate kernel. The residual is added before the activation,
+    ``act(alpha*AB + beta*C + bias)`` (measured on an H200, cuBLASLt 13.1), so a ResNet
+    "conv + bias + Add + Relu" is one call. ``act='gelu'`` is cuBLASLt's tanh approximation.
     Pointers passed to ``run`` must be aligned to ``align_bytes``.
 
     Example::
 
-        g = LtGemm(64, 3136, 576, bias_axis="m", act="relu")
-        g.run(w_ptr, col_ptr, 0, out_ptr, bias_ptr, ws_ptr, raw_stream(stream))
+        # NHWC conv as a GEMM: out[HW, Cout] = relu(col[HW, K] @ W[Cout, K]^T + bias + res)
+        g = LtGemm(3136, 64, 576, trans_b=True, bias_axis="n", act="relu", beta=1.0)
+        g.run(col_ptr, w_ptr, res_ptr, out_ptr, bias_ptr, ws_ptr, raw_stream(stream))
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class LtGemm:
         autotune: bool = True,
         cache_dir: str | os.PathLike | None = None,
         align_bytes: int = 256,
+        n_candidates: int = 8,
     ) -> None:
         if precision not in _PRECISIONS:
             raise ValueError(f"precision must be one of {sorted(_PRECISIONS)}, got {precision!r}")
@@ -145,52 +147,45 @@ class LtGemm:
                 raise ValueError(f"{name}={ld} is less than the row length {cols}")
         if ldd < n:
             raise ValueError(f"ldd={ldd} is less than the row length {n}")
+        if bias_axis == "m":
+            # cuBLASLt's bias runs along its rows, which are our n in the column-major form
+            # below; with row-order layouts (rows = our m) cuBLASLt 13.1 has no algorithm.
+            raise NotImplementedError("cuBLASLt cannot fuse a per-row (bias_axis='m') bias")
         self.m, self.n, self.k, self.batch = m, n, k, batch
+        self._key = {
+            "m": m, "n": n, "k": k, "trans_a": trans_a, "trans_b": trans_b,
+            "lda": lda, "ldb": ldb, "ldc": ldc, "ldd": ldd, "batch": batch,
+            "strides": [stride_a, stride_b, stride_c, stride_d], "beta_nonzero": beta != 0.0,
+            "act": act, "bias_axis": bias_axis, "precision": precision,
+            "workspace_bytes": workspace_bytes, "align_bytes": align_bytes,
+        }  # fmt: skip
         self.workspace_bytes, self.align_bytes = workspace_bytes, align_bytes
         self._has_bias, self._has_c = bias_axis is not None, beta != 0.0
-        # Column-major cuBLASLt sees a row-major (r x c) matrix as its (c x r) transpose, so
-        # D^T = op(B)^T op(A)^T runs with A and B swapped: cuBLASLt's rows are our n, and its
-        # per-row bias is our per-column bias. A per-row bias needs row-order layouts instead.
-        self._swap = bias_axis != "m"
-        a = (a_rows, a_cols, lda, stride_a)
-        b = (b_rows, b_cols, ldb, stride_b)
-        c, d = (m, n, ldc, stride_c), (m, n, ldd, stride_d)
-        if self._swap:
-            first, second, c, d = [(x[1], x[0], x[2], x[3]) for x in (b, a, c, d)]
-            op_first, op_second = trans_b, trans_a
-        else:
-            first, second = a, b
-            op_first, op_second = trans_a, trans_b
-        row = not self._swap
-        self._la = _layout(cuda_type, *first, batch, row)
-        self._lb = _layout(cuda_type, *second, batch, row)
-        self._ld = _layout(cuda_type, *d, batch, row)
-        self._lc = _layout(cuda_type, *c, batch, row) if self._has_c else self._ld
-
         self._desc = lt.matmul_desc_create(compute, CudaDataType.CUDA_R_32F)
-        op = {False: cublas.Operation.N, True: cublas.Operation.T}
         self._epilogue = _EPILOGUES[(act, self._has_bias)]
-        self._set_desc(lt.MatmulDescAttribute.TRANSA, op[op_first])
-        self._set_desc(lt.MatmulDescAttribute.TRANSB, op[op_second])
         self._set_desc(lt.MatmulDescAttribute.EPILOGUE, self._epilogue)
         self._pref = lt.matmul_preference_create()
         pattr = lt.MatmulPreferenceAttribute
         self._set_pref(pattr.MAX_WORKSPACE_BYTES, workspace_bytes)
         for operand in "ABCD":
             self._set_pref(getattr(pattr, f"MIN_ALIGNMENT_{operand}_BYTES"), align_bytes)
-        layouts = [self._la, self._lb, self._ld] + ([self._lc] if self._has_c else [])
-        self._finalizer = weakref.finalize(self, _destroy, self._desc, self._pref, layouts)
+        self._owned: list[int] = []  # layouts, destroyed with the descriptors
+        self._finalizer = weakref.finalize(self, _destroy, self._desc, self._pref, self._owned)
+
+        # Column-major cuBLASLt sees a row-major (r x c) matrix as its (c x r) transpose, so
+        # it computes D^T = op(B)^T op(A)^T: A and B swap places, m and n swap roles.
+        self._la = _layout(cuda_type, batch, b_cols, b_rows, ldb, stride_b)
+        self._lb = _layout(cuda_type, batch, a_cols, a_rows, lda, stride_a)
+        self._ld = _layout(cuda_type, batch, n, m, ldd, stride_d)
+        self._lc = _layout(cuda_type, batch, n, m, ldc, stride_c) if self._has_c else self._ld
+        self._owned += [self._la, self._lb, self._ld] + ([self._lc] if self._has_c else [])
+        self._set_desc(lt.MatmulDescAttribute.TRANSA, _OP[trans_b])
+        self._set_desc(lt.MatmulDescAttribute.TRANSB, _OP[trans_a])
+        candidates = self._heuristics(n_candidates if autotune else 1)
 
         self._alpha = np.array([alpha], np.float32)
         self._beta = np.array([beta], np.float32)
         self._bias_ptr = -1
-        self._key = {
-            "m": m, "n": n, "k": k, "trans_a": trans_a, "trans_b": trans_b,
-            "lda": lda, "ldb": ldb, "ldc": ldc, "ldd": ldd, "batch": batch,
-            "strides": [stride_a, stride_b, stride_c, stride_d], "beta_nonzero": self._has_c,
-            "act": act, "bias_axis": bias_axis, "precision": precision,
-            "workspace_bytes": workspace_bytes, "align_bytes": align_bytes,
-        }  # fmt: skip
         self._extents = {
             "a": (batch - 1) * stride_a + (a_rows - 1) * lda + a_cols,
             "b": (batch - 1) * stride_b + (b_rows - 1) * ldb + b_cols,
@@ -200,7 +195,7 @@ class LtGemm:
         self.algo_time_us: float | None = None  # GPU time of the chosen algorithm when tuned
         self.candidates_us: list[float] = []  # each timed candidate, in heuristic order
         self.from_cache = False
-        self._bind(self._choose(autotune, cache_dir))
+        self._bind(self._choose(candidates, autotune, cache_dir))
 
     def run(
         self,
@@ -220,9 +215,8 @@ class LtGemm:
         c_ptr = c_ptr if self._has_c else d_ptr
         if (a_ptr | b_ptr | c_ptr | d_ptr) & (self.align_bytes - 1):
             raise ValueError(f"LtGemm pointers must be {self.align_bytes}-byte aligned")
-        first, second = (b_ptr, a_ptr) if self._swap else (a_ptr, b_ptr)
         lt.matmul(
-            handle, desc, alpha, first, self._la, second, self._lb, beta, c_ptr, self._lc,
+            handle, desc, alpha, b_ptr, self._la, a_ptr, self._lb, beta, c_ptr, self._lc,
             d_ptr, self._ld, algo, workspace_ptr, self.workspace_bytes, stream,
         )  # fmt: skip
 
@@ -271,9 +265,8 @@ class LtGemm:
             raise NotImplementedError(what) if fused else RuntimeError(what)
         return results
 
-    def _choose(self, autotune: bool, cache_dir) -> np.ndarray:
+    def _choose(self, results: np.ndarray, autotune: bool, cache_dir) -> np.ndarray:
         """The algorithm: from the cache, else the heuristic's best, timed when autotuning."""
-        results = self._heuristics(_N_CANDIDATES if autotune else 1)
         if not autotune:
             return _algo_bytes(results[0])
         from numba import cuda
@@ -320,7 +313,7 @@ class LtGemm:
         return int(result["workspace_size"][0]) <= self.workspace_bytes
 
     def _tune(self, results: np.ndarray) -> tuple[np.ndarray, float]:
-        """Time each candidate with CUDA events on random scratch buffers; keep the fastest."""
+        """Time each candidate on random scratch buffers; keep the fastest."""
         from numba import cuda
 
         rng = np.random.default_rng(0)
@@ -333,31 +326,35 @@ class LtGemm:
         scratch["work"] = cuda.device_array(max(self.workspace_bytes, 1), np.uint8)
         ptr = {name: arr.__cuda_array_interface__["data"][0] for name, arr in scratch.items()}
         stream = cuda.stream()
-        handle = raw_stream(stream)
+        args = (*(ptr.get(x, 0) for x in ("a", "b", "c", "d", "bias", "work")), raw_stream(stream))
         start, stop = cuda.event(), cuda.event()
         best: tuple[float, np.ndarray] | None = None
         for result in results:
             algo = _algo_bytes(result)
             self._bind(algo)
-            args = (ptr["a"], ptr["b"], ptr.get("c", 0), ptr["d"], ptr["bias"], ptr["work"], handle)
             try:
-                for _ in range(2):
-                    self.run(*args)
-                stream.synchronize()
-            except lt.cuBLASLtError:
-                continue
-            reps, elapsed = 1, float("inf")
-            for trial in range(4):  # the first trial only sizes the repeat count
+                self.run(*args)
                 start.record(stream)
-                for _ in range(reps):
-                    self.run(*args)
+                self.run(*args)
                 stop.record(stream)
                 stop.synchronize()
-                per_call = start.elapsed_time(stop) * 1e3 / reps
-                if trial == 0:
-                    reps = max(3, min(50, int(300 / max(per_call, 1.0))))
-                else:
-                    elapsed = min(elapsed, per_call)
+            except lt.cuBLASLtError:
+                continue
+            # Back-to-back runs of a small GEMM measure the host, not the GPU: time a graph.
+            reps = max(2, min(20, int(200 / max(start.elapsed_time(stop) * 1e3, 1.0))))
+            graph = CudaGraph(stream)
+            try:
+                graph.capture(lambda reps=reps: [self.run(*args) for _ in range(reps)])
+            except (lt.cuBLASLtError, RuntimeError):
+                continue
+            elapsed = float("inf")
+            for _ in range(3):
+                start.record(stream)
+                graph.replay()
+                stop.record(stream)
+                stop.synchronize()
+                elapsed = min(elapsed, start.elapsed_time(stop) * 1e3 / reps)
+            graph.close()
             self.candidates_us.append(elapsed)
             if best is None or elapsed < best[0]:
                 best = (elapsed, algo)

@@ -208,9 +208,11 @@ def graph_svg(gs: list[Group]) -> str:
             if layer[g.index] - layer[p] <= 1:
                 my = (sy + top) / 2
                 d = f"M{px},{sy} C{px},{my} {cx},{my} {cx},{top}"
-            else:  # a skip edge (e.g. a residual) bends out to the right of the boxes
-                bx = max(px, cx) + BOX_W / 2 + 30 + 10 * (layer[g.index] - layer[p])
-                d = f"M{px},{sy} C{bx},{sy + 40} {bx},{top - 40} {cx},{top}"
+            else:  # a skip edge (a residual) leaves and enters on the right, clear of boxes
+                bx = max(px, cx) + BOX_W / 2 + 30 + 8 * (layer[g.index] - layer[p])
+                y0, y1 = ptop + ph * 0.75, top + 12
+                sx, ex = px + BOX_W / 2, cx + BOX_W / 2
+                d = f"M{sx},{y0} C{bx},{y0} {bx},{y1} {ex},{y1}"
             edges.append(f'<path d="{d}" class="edge" marker-end="url(#arrow)"/>')
     height = y + 10
     defs = (
@@ -279,7 +281,7 @@ def arena_svg(buffers: list[tuple], n_steps: int, stats: dict) -> str:
     )
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height}" '
-        f'class="arena">{"".join(parts)}</svg>'
+        f'class="timeline">{"".join(parts)}</svg>'
     )
 
 

@@ -39,7 +39,10 @@ def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
 
 def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str, Any]:
     kernels[k.key] = {"cpu": k.source_cpu, "cuda": k.source_cuda}
-    return {"kind": "kernel", "kernel": k.key, "n": k.n, "label": k.label, "args": [list(a) for a in k.args]}
+    return {
+        "kind": "kernel", "kernel": k.key, "n": k.n, "inner": k.inner, "label": k.label,
+        "args": [list(a) for a in k.args],
+    }
 
 
 def build_plan(prog: Program) -> ExecutionPlan:
@@ -82,7 +85,9 @@ def build_plan(prog: Program) -> ExecutionPlan:
             for src in step.pointwise_reads:
                 for dst in step.writes:
                     s, d = _base(prog, src), _base(prog, dst)
-                    if s in last and last[s] == i and first.get(d) == i and s != d:
+                    # element i of d may only overwrite element i of s: equal item sizes
+                    same = prog.tensors[s].dtype.itemsize == prog.tensors[d].dtype.itemsize
+                    if s in last and last[s] == i and first.get(d) == i and s != d and same:
                         inplace.append((s, d))
     mem = plan_memory(buffers, ALIGN, inplace)
     # cheap (one pass over conflict lists), so every plan ever built is checked, tests included

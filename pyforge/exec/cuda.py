@@ -71,27 +71,41 @@ class CudaRuntime:
         }
         self.graph = None
         self.stream.synchronize()
+        if self.use_graph:
+            # captured at bind time: the first predict is then the same replay as every other
+            # (replaying straight after a capture made inside predict gave stale outputs once)
+            from .cuda_graph import CudaGraph
+
+            self.graph = CudaGraph(self.stream)
+            self.graph.capture(self._launch_all)  # runs once first, so kernels compile outside
+            self.stream.synchronize()
 
     # -- binding -------------------------------------------------------------------------------
-    def _kernel(self, key: str, source: str, n: int, args: list) -> Callable[[], None]:
+    def _kernel(self, key: str, source: str, n: int, args: list, inner: int = 0) -> Callable[[], None]:
         fn, path = load_kernel(source, "cuda", self.capability)
         self.kernel_paths[key] = path
         bound = tuple(self.views[v] if kind == "t" else int(v) for kind, v in args)
-        blocks = max(1, min(-(-n // THREADS), MAX_BLOCKS))
-        launch = fn[blocks, THREADS, self.stream]
+        if inner:  # rows x inner: blocks along x cover a row, along y the rows
+            gx = max(1, min(-(-inner // THREADS), MAX_BLOCKS))
+            gy = max(1, min(n // inner, 65535, MAX_BLOCKS * 8 // gx))
+            launch = fn[(gx, gy), THREADS, self.stream]
+        else:
+            launch = fn[max(1, min(-(-n // THREADS), MAX_BLOCKS)), THREADS, self.stream]
         return lambda: launch(n, *bound)
 
     def _bind(self, step: dict) -> Callable[[], None]:
         if step["kind"] == "kernel":
             self.launches += 1
-            return self._kernel(step["kernel"], self.plan.kernels[step["kernel"]]["cuda"], step["n"], step["args"])
+            return self._kernel(
+                step["kernel"], self.plan.kernels[step["kernel"]]["cuda"], step["n"], step["args"]
+            )
         parts = []
         if step["prologue"]:
             parts.append(self._bind(step["prologue"]))
         epilogue_done = False
         if self.gemm_backend == "numba":
             call = gemm_kernel(step, np.dtype(self.plan.slots[step["d"]].dtype))
-            parts.append(self._kernel(call.key, call.source_cuda, call.n, call.args))
+            parts.append(self._kernel(call.key, call.source_cuda, call.n, call.args, call.inner))
             self.launches += 1
         else:
             gemm, epilogue_done = self._lt_gemm(step)
@@ -106,9 +120,17 @@ class CudaRuntime:
         from .cublaslt import LtGemm
 
         common = dict(
-            trans_a=g["trans_a"], trans_b=g["trans_b"], lda=g["lda"], ldb=g["ldb"], ldd=g["ldd"],
-            batch=g["batch"], stride_a=g["stride_a"], stride_b=g["stride_b"],
-            stride_d=g["stride_d"], alpha=g["alpha"], precision=self.precision,
+            trans_a=g["trans_a"],
+            trans_b=g["trans_b"],
+            lda=g["lda"],
+            ldb=g["ldb"],
+            ldd=g["ldd"],
+            batch=g["batch"],
+            stride_a=g["stride_a"],
+            stride_b=g["stride_b"],
+            stride_d=g["stride_d"],
+            alpha=g["alpha"],
+            precision=self.precision,
             workspace_bytes=WORKSPACE_BYTES,
         )
         pat = g.get("pattern") if self.library_epilogues else None
@@ -116,8 +138,14 @@ class CudaRuntime:
         if pat and not g.get("c"):
             try:
                 lt = LtGemm(
-                    g["m"], g["n"], g["k"], ldc=g["ldd"], stride_c=g["stride_d"],
-                    beta=1.0 if pat["residual"] else 0.0, act=pat["act"], bias_axis=pat["bias_axis"],
+                    g["m"],
+                    g["n"],
+                    g["k"],
+                    ldc=g["ldd"],
+                    stride_c=g["stride_d"],
+                    beta=1.0 if pat["residual"] else 0.0,
+                    act=pat["act"],
+                    bias_axis=pat["bias_axis"],
                     **common,
                 )
                 c = pat["residual"] or g["d"]
@@ -127,8 +155,13 @@ class CudaRuntime:
                 lt = None
         if lt is None:
             lt = LtGemm(
-                g["m"], g["n"], g["k"], ldc=g["ldc"] or g["ldd"], stride_c=g["stride_c"],
-                beta=g["beta"] if g.get("c") else 0.0, **common,
+                g["m"],
+                g["n"],
+                g["k"],
+                ldc=g["ldc"] or g["ldd"],
+                stride_c=g["stride_c"],
+                beta=g["beta"] if g.get("c") else 0.0,
+                **common,
             )
             c, bias = g.get("c") or g["d"], None
         a, b = (_pointer(self.views[g[k]]) for k in ("a", "b"))
@@ -148,14 +181,7 @@ class CudaRuntime:
             self.views[name].copy_to_device(
                 np.ascontiguousarray(arr).reshape(-1), stream=self.stream
             )
-        if self.use_graph:
-            if self.graph is None:
-                self._launch_all()  # compiles every kernel before capture
-                self.stream.synchronize()
-                from .cuda_graph import CudaGraph
-
-                self.graph = CudaGraph(self.stream)
-                self.graph.capture(self._launch_all)
+        if self.graph is not None:
             self.graph.replay()
         else:
             self._launch_all()

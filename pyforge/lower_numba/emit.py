@@ -44,6 +44,24 @@ def kernel(n, {params}):
 {body}
 """
 
+_CUDA_ROWS = """\
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def kernel(n, {params}):
+    rows = n // max({inner}, 1)
+    j0 = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    o = cuda.blockIdx.y
+    while o < rows:
+        j = j0
+        while j < {inner}:
+            i = o * {inner} + j
+{body}
+            j += cuda.blockDim.x * cuda.gridDim.x
+        o += cuda.gridDim.y
+"""
+
 _CUDA = """\
 from numba import cuda
 
@@ -56,6 +74,9 @@ def kernel(n, {params}):
 {body}
         i += step
 """
+
+
+ROW_MIN = 256  # shortest inner run worth a row of threads
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
@@ -83,6 +104,7 @@ class KernelCall:
     n: int
     args: list[tuple[str, object]]  # ("t", tensor name) | ("i", int)
     label: str = ""
+    inner: int = 0  # > 0: iterations are rows x inner (a 2-d launch on cuda)
     writes: list[str] = field(default_factory=list)
     pointwise_reads: list[str] = field(default_factory=list)  # read only at the written index
 
@@ -97,7 +119,8 @@ class KernelBuilder:
     lines: list = field(default_factory=list)  # str, or (cpu form, cuda form)
     _tensors: dict[str, str] = field(default_factory=dict)
     _counter: int = 0
-    inner: str | None = None  # the int param holding the innermost output dimension
+    inner: str | None = None  # the int param holding the inner run length (rows x inner loop)
+    inner_value: int = 0
 
     def tmp(self, prefix: str = "v") -> str:
         self._counter += 1
@@ -123,7 +146,26 @@ class KernelBuilder:
         self.lines.append(pad + line if cuda is None else (pad + line, pad + cuda))
 
     def coords(self, shape: tuple[int, ...], flat: str = "i") -> list[str]:
-        """Emit the decomposition of ``flat`` into coordinates of ``shape``."""
+        """Emit the decomposition of ``flat`` into coordinates of ``shape``.
+
+        The first decomposition of the loop index splits the shape into outer rows (from ``o``)
+        and an inner run of at least ROW_MIN elements (from ``j``): the loop is then rows x
+        inner on both targets, outer coordinates are loop-invariant in the inner loop, and a
+        broadcast operand that only needs outer coordinates costs no division per element.
+        """
+        if not shape:
+            return []
+        if flat != "i" or self.inner is not None or len(shape) < 2:
+            return self._decompose(shape, flat)
+        split = len(shape) - 1
+        while split > 0 and int(np.prod(shape[split:])) < ROW_MIN:
+            split -= 1
+        self.inner_value = int(np.prod(shape[split:]))
+        self.inner = self.int_param(self.inner_value, "IN")
+        outer = self._decompose(shape[:split], "o") if split else []
+        return outer + self._decompose(shape[split:], "j")
+
+    def _decompose(self, shape: tuple[int, ...], flat: str) -> list[str]:
         if not shape:
             return []
         names = [self.tmp("c") for _ in shape]
@@ -131,14 +173,8 @@ class KernelBuilder:
         for axis in range(len(shape) - 1, 0, -1):
             d = self.int_param(shape[axis], "d")
             nxt = self.tmp("r")
-            if flat == "i" and self.inner is None and len(shape) > 1:
-                # cpu loops rows x columns: the last coordinate is the inner index, no division
-                self.inner = d
-                self.emit(f"{names[axis]} = j", cuda=f"{names[axis]} = {rem} % {d}")
-                self.emit(f"{nxt} = o", cuda=f"{nxt} = {rem} // {d}")
-            else:
-                self.emit(f"{names[axis]} = {rem} % {d}")
-                self.emit(f"{nxt} = {rem} // {d}")
+            self.emit(f"{names[axis]} = {rem} % {d}")
+            self.emit(f"{nxt} = {rem} // {d}")
             rem = nxt
         self.emit(f"{names[0]} = {rem}")
         return names
@@ -156,17 +192,17 @@ class KernelBuilder:
 
     def build(self, n: int, parallel: bool = True) -> KernelCall:
         params = ", ".join(self.params)
-        body_cuda = self._body(1, "        ")
         if self.inner is None:
             cpu = _CPU.format(params=params, body=self._body(0, "        "), parallel=parallel)
+            cuda = _CUDA.format(params=params, body=self._body(1, "        "))
         else:
-            cpu = _CPU_ROWS.format(
-                params=params, body=self._body(0, "            "), parallel=parallel, inner=self.inner
-            )
+            body = self._body(0, "            ")
+            cpu = _CPU_ROWS.format(params=params, body=body, parallel=parallel, inner=self.inner)
+            cuda = _CUDA_ROWS.format(params=params, body=body, inner=self.inner)
         cpu = _HEADER + "\n" + cpu
-        cuda = _HEADER + "\n" + _CUDA.format(params=params, body=body_cuda)
+        cuda = _HEADER + "\n" + cuda
         key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
-        return KernelCall(cpu, cuda, key, int(n), list(self.args), self.label)
+        return KernelCall(cpu, cuda, key, int(n), list(self.args), self.label, self.inner_value)
 
 
 def type_name(dtype: np.dtype) -> str:

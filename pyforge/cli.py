@@ -139,7 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"output    {name}: {v.dtype}{list(v.shape)} min {v.min():.4g} max {v.max():.4g} "
             f"mean {v.mean():.4g}; first {np.array2string(v.ravel()[:4], precision=4)}"
         )
-    print(f"time      {dt * 1e3:.2f} ms")
+    warmed = "after one warm-up run" if hasattr(model, "details") else "first call: loads kernels"
+    print(f"time      {dt * 1e3:.2f} ms ({warmed})")
     if args.output:
         if len(outs) == 1:
             np.save(args.output, next(iter(outs.values())))
@@ -181,9 +182,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         sess = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
         r = _time(lambda: sess.run(None, feeds), args.runs, args.warmup)
-        print(
-            f"ORT cpu   {_latency(r)}   [{ort.get_device()} EP, ratio {np.median(r) / np.median(t):.2f}x]"
-        )
+        print(f"ORT cpu   {_latency(r)}   [CPUExecutionProvider]")
+        print(f"speed-up  {np.median(r) / np.median(t):.3g}x (ORT median / pyforge median)")
     print(
         f"launches  {s['launches']} per inference ({s.get('kernels', '?')} kernels, "
         f"{s.get('gemms', '?')} GEMMs)"

@@ -96,9 +96,8 @@ class CudaRuntime:
     def _bind(self, step: dict) -> Callable[[], None]:
         if step["kind"] == "kernel":
             self.launches += 1
-            return self._kernel(
-                step["kernel"], self.plan.kernels[step["kernel"]]["cuda"], step["n"], step["args"]
-            )
+            src = self.plan.kernels[step["kernel"]]["cuda"]
+            return self._kernel(step["kernel"], src, step["n"], step["args"], step.get("inner", 0))
         parts = []
         if step["prologue"]:
             parts.append(self._bind(step["prologue"]))

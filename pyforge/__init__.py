@@ -90,8 +90,12 @@ def compile(
     """
     from .compiler import compile_to_plan
 
-    plan, details = compile_to_plan(model, fusion_on=fusion)
-    compiled = CompiledModel(plan, target or default_target(), **options)
+    target = target or default_target()
+    # shape-specialised kernels pay on the GPU (index math by constants); the cpu target keeps
+    # shape-generic kernels, compiled once and shared across models and tests
+    specialize = options.pop("specialize", target == "cuda")
+    plan, details = compile_to_plan(model, fusion_on=fusion, specialize=specialize)
+    compiled = CompiledModel(plan, target, **options)
     compiled.details = details
     return compiled
 

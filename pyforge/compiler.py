@@ -129,7 +129,9 @@ def build_plan(prog: Program) -> ExecutionPlan:
     return plan
 
 
-def compile_to_plan(model: Any, fusion_on: bool = True, verify: bool = True) -> tuple[ExecutionPlan, dict]:
+def compile_to_plan(
+    model: Any, fusion_on: bool = True, verify: bool = True, specialize: bool = False
+) -> tuple[ExecutionPlan, dict]:
     """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details."""
     t0 = time.perf_counter()
     proto = load_model(model)
@@ -137,7 +139,7 @@ def compile_to_plan(model: Any, fusion_on: bool = True, verify: bool = True) -> 
     pm = PassManager(PIPELINE + ["fuse" if fusion_on else "no_fuse"], verify=verify)
     graph = pm.run(graph)
     groups = [n for n in graph.nodes if n.op == "Fused"]
-    prog = lower_graph(graph)
+    prog = lower_graph(graph, specialize)
     plan = build_plan(prog)
     plan.stats.update(
         ops_in=len(proto.graph.node),

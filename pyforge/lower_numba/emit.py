@@ -79,6 +79,26 @@ def kernel(n, {params}):
 ROW_MIN = 256  # shortest inner run worth a row of threads
 
 
+class _Specialize:
+    """While on, shapes and strides are baked into kernel sources instead of passed at run time:
+    a kernel per shape (more compiling), but constant divisors (much cheaper index math)."""
+
+    on = False
+
+    def __call__(self, on: bool) -> _Specialize:
+        self._saved, _Specialize.on = _Specialize.on, on
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        _Specialize.on = self._saved
+
+
+SPECIALIZE = _Specialize()
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
     strides, acc = [], 1
     for d in reversed(shape):
@@ -135,6 +155,8 @@ class KernelBuilder:
         return self._tensors[name]
 
     def int_param(self, value: int, hint: str = "k") -> str:
+        if SPECIALIZE.on:  # a literal: LLVM turns division by it into multiply and shift
+            return str(int(value))
         p = f"{hint}{len(self.params)}"
         self.params.append(p)
         self.args.append(("i", int(value)))

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import UnsupportedOperatorError
 from ..frontend.ops_shape import VIEW_OPS
 from ..ir import Graph, Node, Value
-from .emit import KernelBuilder, KernelCall, broadcast_strides, type_name
+from .emit import SPECIALIZE, KernelBuilder, KernelCall, broadcast_strides, type_name
 from .scalar import SCALAR, lit
 from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES, im2col
 
@@ -257,8 +257,15 @@ def _lower_group(node: Node, prog: Program) -> None:
     prog.steps.append(call)
 
 
-def lower_graph(graph: Graph) -> Program:
-    """Fused graph -> Program. Every non-view node must be a Fused group by now."""
+def lower_graph(graph: Graph, specialize: bool = False) -> Program:
+    """Fused graph -> Program. Every non-view node must be a Fused group by now.
+
+    ``specialize`` bakes shapes into the kernel sources (see emit.SPECIALIZE)."""
+    with SPECIALIZE(specialize):
+        return _lower_graph(graph)
+
+
+def _lower_graph(graph: Graph) -> Program:
     prog = Program()
     for v in graph.inputs:
         prog.inputs.append(prog.add(v))

@@ -15,18 +15,27 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
-from . import ops_elementwise, ops_nn, ops_shape  # noqa: F401  (fill the registry)
+from . import ops_elementwise, ops_index, ops_nn, ops_reduce, ops_shape  # noqa: F401  (fill the registry)
 from .registry import OPS, infer_node
 
 # Ops never folded even with constant inputs (none yet; kept for ops with side effects later).
 _NO_FOLD: set[str] = set()
 
 
+# numpy's own dtypes; the ml_dtypes ones (bfloat16, float8, int4...) have no kernels
+_DTYPES = {np.dtype(t) for t in (np.float16, np.float32, np.float64, np.bool_)}
+_DTYPES |= {np.dtype(f"{k}{b}") for k in "iu" for b in (1, 2, 4, 8)}
+
+
 def onnx_dtype(elem_type: int) -> np.dtype:
     try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, TypeError):
-        raise ModelLoadError(f"unsupported ONNX element type {elem_type}") from None
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype not in _DTYPES:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        raise UnsupportedOperatorError("(tensor type)", "-", None, f"element type {name}: not a numpy dtype or not a tensor")
+    return dtype
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.ModelProto:
@@ -74,6 +83,10 @@ def _constant_value(node: onnx.NodeProto, attrs: dict) -> np.ndarray:
         if key in attrs:
             return np.asarray(attrs[key], dtype=cast) if cast else np.asarray(attrs[key])
     raise UnsupportedOperatorError("Constant", node.name, None, f"attributes {sorted(attrs)}")
+
+
+def _const_or_placeholder(v: Value) -> np.ndarray:
+    return v.const if v.const is not None else np.empty(v.shape, v.dtype)
 
 
 def _opset(proto: onnx.ModelProto, domain: str = "") -> int:
@@ -140,8 +153,9 @@ def import_onnx(
             opdef.normalize(node)
         n_out = len(onode.output)
         live_inputs = [v for v in node.inputs if v is not None]
-        if live_inputs and all(v.const is not None for v in live_inputs) and node.op not in _NO_FOLD:
-            arrays = [None if v is None else v.const for v in node.inputs]
+        foldable = opdef.shape_only or all(v.const is not None for v in live_inputs)
+        if (live_inputs or opdef.shape_only) and foldable and node.op not in _NO_FOLD:
+            arrays = [None if v is None else _const_or_placeholder(v) for v in node.inputs]
             results = opdef.evaluate(node, arrays)
             for out_name, arr in zip(onode.output, results):
                 arr = np.ascontiguousarray(arr)
@@ -159,6 +173,11 @@ def import_onnx(
             if any(o in used for o in onode.output[len(inferred) :] if o):
                 raise UnsupportedOperatorError(node.op, name, opset, "its optional extra outputs")
         node.outputs = outs
+        if opdef.split_outputs and len(outs) > 1:
+            for k, out in enumerate(outs):
+                part = Node(node.op, list(node.inputs), [out], dict(node.attrs, output=k), f"{name}:{k}", opset)
+                graph.add_node(part)
+            continue
         graph.add_node(node)
 
     for out in g.output:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import broadcast_shapes, const_input, register, same_as_input
+from .registry import broadcast_shapes, const_input, register
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -39,6 +39,39 @@ UNARY = {
     "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * n.attr("alpha", 0.01)),
     "HardSigmoid": lambda n, x: np.clip(x * n.attr("alpha", 0.2) + n.attr("beta", 0.5), 0, 1),
     "HardSwish": lambda n, x: x * np.clip(x / 6 + 0.5, 0, 1),
+    "Sin": lambda n, x: np.sin(x),
+    "Cos": lambda n, x: np.cos(x),
+    "Tan": lambda n, x: np.tan(x),
+    "Asin": lambda n, x: np.arcsin(x),
+    "Acos": lambda n, x: np.arccos(x),
+    "Atan": lambda n, x: np.arctan(x),
+    "Sinh": lambda n, x: np.sinh(x),
+    "Cosh": lambda n, x: np.cosh(x),
+    "Asinh": lambda n, x: np.arcsinh(x),
+    "Acosh": lambda n, x: np.arccosh(x),
+    "Atanh": lambda n, x: np.arctanh(x),
+    "Sign": lambda n, x: np.sign(x),
+    "Round": lambda n, x: np.round(x),
+    "Not": lambda n, x: np.logical_not(x),
+    "BitwiseNot": lambda n, x: np.invert(x),
+    "IsNaN": lambda n, x: np.isnan(x),
+    "IsInf": lambda n, x: (np.isposinf(x) & bool(n.attr("detect_positive", 1)))
+    | (np.isneginf(x) & bool(n.attr("detect_negative", 1))),
+    "Softplus": lambda n, x: np.logaddexp(0, x),
+    "Softsign": lambda n, x: x / (1 + np.abs(x)),
+    "Elu": lambda n, x: np.where(x >= 0, x, n.attr("alpha", 1.0) * np.expm1(x)),
+    "Selu": lambda n, x: n.attr("gamma", 1.0507009873554805)
+    * np.where(x > 0, x, n.attr("alpha", 1.6732632423543772) * np.expm1(x)),
+    "Celu": lambda n, x: np.maximum(x, 0)
+    + np.minimum(0, n.attr("alpha", 1.0) * np.expm1(x / n.attr("alpha", 1.0))),
+    "Mish": lambda n, x: x * np.tanh(np.logaddexp(0, x)),
+    "ThresholdedRelu": lambda n, x: np.where(x > n.attr("alpha", 1.0), x, 0),
+    "Shrink": lambda n, x: np.where(
+        x < -n.attr("lambd", 0.5),
+        x + n.attr("bias", 0.0),
+        np.where(x > n.attr("lambd", 0.5), x - n.attr("bias", 0.0), 0),
+    ),
+    "Swish": lambda n, x: x / (1 + np.exp(-n.attr("alpha", 1.0) * x)),
     "Clip": lambda n, x: np.clip(
         x,
         n.attr("min") if n.attr("min") is not None else -np.inf,
@@ -56,7 +89,31 @@ BINARY = {
     "Pow": lambda a, b: np.power(a, b).astype(a.dtype),
     "Max": np.maximum,
     "Min": np.minimum,
+    "Sum": np.add,
+    "Mean": np.add,  # divided by the input count after the sum
+    "Mod": np.mod,  # fmod=1 is np.fmod, chosen at evaluation
+    "PRelu": lambda x, s: np.where(x < 0, x * s, x),
+    "Equal": np.equal,
+    "Less": np.less,
+    "LessOrEqual": np.less_equal,
+    "Greater": np.greater,
+    "GreaterOrEqual": np.greater_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+    "BitShift": np.left_shift,  # direction="RIGHT" is np.right_shift, chosen at evaluation
+    "Where": np.where,
 }
+
+BOOL_OUT = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"}
+BOOL_OUT |= {"Not", "IsNaN", "IsInf"}
+VARIADIC = {"Max", "Min", "Sum", "Mean"}
+# ops whose integer forms are not the same expression as the float ones (refused for ints)
+FLOAT_ONLY = set(UNARY) - {"Relu", "Neg", "Abs", "Identity", "Sign", "Not", "BitwiseNot", "Clip"}
+FLOAT_ONLY -= {"Floor", "Ceil", "Round", "IsNaN", "IsInf"}
 
 
 def _clip_normalize(node: Node) -> None:
@@ -67,41 +124,89 @@ def _clip_normalize(node: Node) -> None:
         node.inputs = node.inputs[:1]
 
 
-def _unary(fn):
+def _unary(op: str, fn):
     def evaluate(node: Node, xs):
         x = xs[0]
-        return [np.asarray(fn(node, x)).astype(x.dtype, copy=False)]
+        return [np.asarray(fn(node, x)).astype(_out_dtype(op, [x.dtype]), copy=False)]
 
     return evaluate
 
 
-def _binary(fn):
+def _out_dtype(op: str, dtypes: list[np.dtype]) -> np.dtype:
+    if op in BOOL_OUT:
+        return np.dtype(np.bool_)
+    return np.dtype(dtypes[1] if op == "Where" else dtypes[0])
+
+
+def _binary(op: str, fn):
     def evaluate(node: Node, xs):
-        out = fn(xs[0], xs[1])
-        return [np.asarray(out).astype(np.result_type(xs[0], xs[1]), copy=False)]
+        xs = [x for x in xs if x is not None]
+        if op == "Mod" and node.attr("fmod", 0):
+            out = np.fmod(xs[0], xs[1])
+        elif op == "BitShift" and node.attr("direction") == "RIGHT":
+            out = np.right_shift(xs[0], xs[1])
+        elif op in VARIADIC:
+            out = xs[0]
+            for x in xs[1:]:
+                out = fn(out, x)
+            if op == "Mean":
+                out = out / len(xs)
+        else:
+            out = fn(*xs)
+        return [np.asarray(out).astype(_out_dtype(op, [x.dtype for x in xs]), copy=False)]
 
     return evaluate
 
 
 def _infer_binary(node: Node):
-    a, b = node.inputs
-    return [(broadcast_shapes(node, a.shape, b.shape), a.dtype)]
+    xs = [v for v in node.inputs if v is not None]
+    shape = broadcast_shapes(node, *(v.shape for v in xs))
+    return [(shape, _out_dtype(node.op, [v.dtype for v in xs]))]
 
 
-def _legacy_broadcast_check(node: Node) -> None:
+def _binary_normalize(node: Node) -> None:
+    from .registry import fail
+
     if node.attrs.get("broadcast") and node.attrs.get("axis") is not None:
-        from .registry import fail
-
         fail(node, "legacy broadcast with an axis attribute (opset < 7)")
+    if node.opset < 7 and node.attrs.get("broadcast") is None:
+        shapes = {v.shape for v in node.inputs if v is not None}
+        if len(shapes) > 1 and node.op not in VARIADIC:
+            fail(node, "opset < 7 without broadcast=1 needs equal shapes")
+    node.attrs.pop("broadcast", None)
+    node.attrs.pop("consumed_inputs", None)
+    node.inputs = [v for v in node.inputs if v is not None]
+    if node.op == "Mod" and not node.attr("fmod", 0) and node.inputs[0].dtype.kind == "f":
+        fail(node, "fmod=0 on floats is invalid ONNX")
+    if node.op == "PRelu" and node.inputs[0].shape != broadcast_shapes(
+        node, node.inputs[0].shape, node.inputs[1].shape
+    ):
+        fail(node, "slope broadcasting beyond the input shape")
+
+
+def _unary_normalize(node: Node) -> None:
+    from .registry import fail
+
+    node.attrs.pop("consumed_inputs", None)
+    if node.op in FLOAT_ONLY and node.inputs[0].dtype.kind != "f":
+        fail(node, f"{node.inputs[0].dtype} input (float only)")
+    if node.op == "Clip":
+        _clip_normalize(node)
+
+
+def _infer_unary(node: Node):
+    x = node.inputs[0]
+    return [(x.shape, _out_dtype(node.op, [x.dtype]))]
 
 
 for _name, _fn in UNARY.items():
     register(
         _name,
-        _unary(_fn),
-        same_as_input(),
-        _clip_normalize if _name == "Clip" else None,
+        _unary(_name, _fn),
+        _infer_unary,
+        _unary_normalize,
+        const_inputs=(1, 2) if _name == "Clip" else (),
     )
 
 for _name, _fn in BINARY.items():
-    register(_name, _binary(_fn), _infer_binary, _legacy_broadcast_check)
+    register(_name, _binary(_name, _fn), _infer_binary, _binary_normalize)

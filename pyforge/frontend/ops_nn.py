@@ -113,6 +113,8 @@ register("Conv", _conv_eval, _conv_infer, _conv_normalize)
 
 def _pool_normalize(node: Node) -> None:
     x = node.inputs[0]
+    if len(x.shape) > 4:
+        fail(node, f"{len(x.shape) - 2}-d pooling")
     if len(node.outputs) > 1:
         fail(node, "the Indices output of MaxPool")
     if node.attr("storage_order", 0):

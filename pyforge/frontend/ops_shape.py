@@ -43,7 +43,7 @@ def _reshape_normalize(node: Node) -> None:
     node.attrs = {"shape": shape}
 
 
-register("Reshape", _reshape_to, _static_shape_infer, _reshape_normalize)
+register("Reshape", _reshape_to, _static_shape_infer, _reshape_normalize, const_inputs=(1,))
 
 # -- Flatten, Squeeze, Unsqueeze: all become Reshape-like nodes with attrs["shape"] --------------
 
@@ -91,8 +91,8 @@ def _unsqueeze_normalize(node: Node) -> None:
 
 
 register("Flatten", _reshape_to, _static_shape_infer, _flatten_normalize)
-register("Squeeze", _reshape_to, _static_shape_infer, _squeeze_normalize)
-register("Unsqueeze", _reshape_to, _static_shape_infer, _unsqueeze_normalize)
+register("Squeeze", _reshape_to, _static_shape_infer, _squeeze_normalize, const_inputs=(1,))
+register("Unsqueeze", _reshape_to, _static_shape_infer, _unsqueeze_normalize, const_inputs=(1,))
 
 # -- Transpose ----------------------------------------------------------------------------------
 
@@ -152,8 +152,8 @@ def _shape_eval(node: Node, xs):
     return [shape[start:end]]
 
 
-register("Shape", _shape_eval)
-register("Size", lambda n, xs: [np.array(np.size(xs[0]), np.int64)])
+register("Shape", _shape_eval, shape_only=True)
+register("Size", lambda n, xs: [np.array(np.size(xs[0]), np.int64)], shape_only=True)
 
 
 def _constant_eval(node: Node, xs):
@@ -183,6 +183,14 @@ def _cast_normalize(node: Node) -> None:
     node.attrs = {"to": onnx_dtype(int(node.attrs["to"]))}
 
 
+def _castlike_normalize(node: Node) -> None:
+    node.attrs = {"to": np.dtype(node.inputs[1].dtype)}
+    node.inputs = node.inputs[:1]
+    node.op = "Cast"
+
+
+register("CastLike", lambda n, xs: [xs[0].astype(n.attrs["to"])], None, _castlike_normalize)
+
 register(
     "Cast",
     lambda n, xs: [xs[0].astype(n.attrs["to"])],
@@ -207,4 +215,4 @@ def _slice_eval(node: Node, xs):
     return [x[tuple(index)]]
 
 
-register("Slice", _slice_eval, None, _slice_normalize)
+register("Slice", _slice_eval, None, _slice_normalize, const_inputs=(1, 2, 3, 4))

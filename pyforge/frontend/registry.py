@@ -28,6 +28,13 @@ class OpDef:
     infer: Infer | None = None
     normalize: Normalize | None = None
     min_opset: int = 1
+    # input positions that must be constants (shapes, axes, pads...): a backend that sees them as
+    # run-time graph inputs specialises the model on their values
+    const_inputs: tuple[int, ...] = ()
+    # the result depends only on input shapes and dtypes, so it folds even for run-time inputs
+    shape_only: bool = False
+    # a multi-output op is imported as one single-output copy per used output, attrs["output"] = k
+    split_outputs: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -39,8 +46,13 @@ def register(
     infer: Infer | None = None,
     normalize: Normalize | None = None,
     min_opset: int = 1,
+    const_inputs: tuple[int, ...] = (),
+    shape_only: bool = False,
+    split_outputs: bool = False,
 ) -> OpDef:
-    OPS[name] = OpDef(name, evaluate, infer, normalize, min_opset)
+    OPS[name] = OpDef(
+        name, evaluate, infer, normalize, min_opset, const_inputs, shape_only, split_outputs
+    )
     return OPS[name]
 
 

@@ -23,6 +23,10 @@ TYPE_NAMES = {
     np.dtype(np.int32): "i32",
     np.dtype(np.int8): "i8",
     np.dtype(np.uint8): "u8",
+    np.dtype(np.int16): "i16",
+    np.dtype(np.uint16): "u16",
+    np.dtype(np.uint32): "u32",
+    np.dtype(np.uint64): "u64",
     np.dtype(np.bool_): "b1",
 }
 
@@ -101,3 +105,119 @@ SCALAR: dict[str, Scalar] = {
     "Min": lambda n, a, t: f"min({a[0]}, {a[1]})",
     "Cast": lambda n, a, t: f"({a[0]} != 0)" if t == "b1" else f"{t}({a[0]})",
 }
+
+
+def _fold(op: str):
+    def expr(n: Node, a: list[str], t: str) -> str:
+        out = a[0]
+        for b in a[1:]:
+            out = f"{op}({out}, {b})" if op in ("max", "min") else f"({out} {op} {b})"
+        return out
+
+    return expr
+
+
+def _mean(n: Node, a: list[str], t: str) -> str:
+    return f"({_fold('+')(n, a, t)} / {lit(len(a), t)})"
+
+
+def _mod(n: Node, a: list[str], t: str) -> str:
+    if not n.attr("fmod", 0):
+        return f"({a[0]} % {a[1]})"  # Python's floored modulo, as ONNX's fmod=0
+    if t.startswith(("i", "u")):
+        return f"{t}({a[0]} - {a[1]} * {_int_div(a[0], a[1], t)})"
+    return f"{t}(math.fmod({a[0]}, {a[1]}))"
+
+
+def _round(n: Node, a: list[str], t: str) -> str:
+    # half to even, as ONNX and numpy round
+    x, f = a[0], f"math.floor({a[0]})"
+    up = f"({x} - {f} > 0.5 or ({x} - {f} == 0.5 and {f} % 2 != 0))"
+    return f"{t}({f} + (1.0 if {up} else 0.0))"
+
+
+def _isinf(n: Node, a: list[str], t: str) -> str:
+    pos, neg = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
+    return f"(math.isinf({a[0]}) and (({a[0]} > 0 and {bool(pos)}) or ({a[0]} < 0 and {bool(neg)})))"
+
+
+def _elu_like(scale: float, alpha: float):
+    def expr(n: Node, a: list[str], t: str) -> str:
+        x = a[0]
+        neg = f"{lit(alpha, t)} * math.expm1({x})"
+        return f"{lit(scale, t)} * ({x} if {x} > {lit(0, t)} else {neg})"
+
+    return expr
+
+
+def _shrink(n: Node, a: list[str], t: str) -> str:
+    x, lam, bias = a[0], lit(n.attr("lambd", 0.5), t), lit(n.attr("bias", 0.0), t)
+    return f"({x} + {bias} if {x} < -{lam} else ({x} - {bias} if {x} > {lam} else {lit(0, t)}))"
+
+
+def _softplus(x: str, t: str) -> str:
+    return f"(max({x}, {lit(0, t)}) + math.log1p(math.exp(-abs({x}))))"
+
+
+SCALAR.update(
+    {
+        "Sin": lambda n, a, t: f"math.sin({a[0]})",
+        "Cos": lambda n, a, t: f"math.cos({a[0]})",
+        "Tan": lambda n, a, t: f"math.tan({a[0]})",
+        "Asin": lambda n, a, t: f"math.asin({a[0]})",
+        "Acos": lambda n, a, t: f"math.acos({a[0]})",
+        "Atan": lambda n, a, t: f"math.atan({a[0]})",
+        "Sinh": lambda n, a, t: f"math.sinh({a[0]})",
+        "Cosh": lambda n, a, t: f"math.cosh({a[0]})",
+        "Asinh": lambda n, a, t: f"math.asinh({a[0]})",
+        "Acosh": lambda n, a, t: f"math.acosh({a[0]})",
+        "Atanh": lambda n, a, t: f"math.atanh({a[0]})",
+        "Sign": lambda n, a, t: (
+            f"({lit(1, t)} if {a[0]} > 0 else ({lit(-1, t)} if {a[0]} < 0 else {lit(0, t)}))"
+        ),
+        "Round": _round,
+        "Not": lambda n, a, t: f"(not {a[0]})",
+        "BitwiseNot": lambda n, a, t: f"{t}(~{a[0]})",
+        "IsNaN": lambda n, a, t: f"math.isnan({a[0]})",
+        "IsInf": _isinf,
+        "Softplus": lambda n, a, t: _softplus(a[0], t),
+        "Softsign": lambda n, a, t: f"({a[0]} / ({lit(1, t)} + abs({a[0]})))",
+        "Elu": lambda n, a, t: _elu_like(1.0, n.attr("alpha", 1.0))(n, a, t),
+        "Selu": lambda n, a, t: _elu_like(
+            n.attr("gamma", 1.0507009873554805), n.attr("alpha", 1.6732632423543772)
+        )(n, a, t),
+        "Celu": lambda n, a, t: (
+            f"(max({a[0]}, {lit(0, t)}) + min({lit(0, t)}, {lit(n.attr('alpha', 1.0), t)}"
+            f" * math.expm1({a[0]} / {lit(n.attr('alpha', 1.0), t)})))"
+        ),
+        "Mish": lambda n, a, t: f"({a[0]} * math.tanh({_softplus(a[0], t)}))",
+        "ThresholdedRelu": lambda n, a, t: (
+            f"({a[0]} if {a[0]} > {lit(n.attr('alpha', 1.0), t)} else {lit(0, t)})"
+        ),
+        "Shrink": _shrink,
+        "Swish": lambda n, a, t: (
+            f"({a[0]} / ({lit(1, t)} + math.exp(-{lit(n.attr('alpha', 1.0), t)} * {a[0]})))"
+        ),
+        "Max": _fold("max"),
+        "Min": _fold("min"),
+        "Sum": _fold("+"),
+        "Mean": _mean,
+        "Mod": _mod,
+        "PRelu": lambda n, a, t: f"({a[0]} if {a[0]} >= {lit(0, t)} else {a[0]} * {a[1]})",
+        "Equal": lambda n, a, t: f"({a[0]} == {a[1]})",
+        "Less": lambda n, a, t: f"({a[0]} < {a[1]})",
+        "LessOrEqual": lambda n, a, t: f"({a[0]} <= {a[1]})",
+        "Greater": lambda n, a, t: f"({a[0]} > {a[1]})",
+        "GreaterOrEqual": lambda n, a, t: f"({a[0]} >= {a[1]})",
+        "And": lambda n, a, t: f"({a[0]} and {a[1]})",
+        "Or": lambda n, a, t: f"({a[0]} or {a[1]})",
+        "Xor": lambda n, a, t: f"({a[0]} != {a[1]})",
+        "BitwiseAnd": lambda n, a, t: f"{t}({a[0]} & {a[1]})",
+        "BitwiseOr": lambda n, a, t: f"{t}({a[0]} | {a[1]})",
+        "BitwiseXor": lambda n, a, t: f"{t}({a[0]} ^ {a[1]})",
+        "BitShift": lambda n, a, t: (
+            f"{t}({a[0]} {'>>' if n.attr('direction') == 'RIGHT' else '<<'} {a[1]})"
+        ),
+        "Where": lambda n, a, t: f"({a[1]} if {a[0]} else {a[2]})",
+    }
+)

@@ -226,3 +226,7 @@ ROW_TEMPLATES: dict[str, Callable[[Node, KernelBuilder], int]] = {
     "Softmax": softmax_rows,
     "LogSoftmax": softmax_rows,
 }
+
+# op families with their own template modules register into the tables above
+from . import templates_reduce  # noqa: E402, F401
+from . import templates_index  # noqa: E402, F401

@@ -1,0 +1,376 @@
+"""Index-map and row ops: Expand, Tile, Pad, GatherElements, Split, DepthToSpace, SpaceToDepth,
+Trilu, OneHot, CumSum, TopK, Hardmax, Dropout; and ops folded from constants (Range,
+ConstantOfShape, EyeLike). Shape-like inputs (repeats, pads, k, axis...) must be constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Node
+from .registry import bad_attr, const_input, fail, norm_axis, register
+
+# -- folded from constant inputs ----------------------------------------------------------------
+
+
+def _constant_of_shape_eval(node: Node, xs):
+    value = node.attr("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return [np.full([int(d) for d in xs[0]], value[0], value.dtype)]
+
+
+register("ConstantOfShape", _constant_of_shape_eval, const_inputs=(0,))
+register(
+    "Range",
+    lambda n, xs: [np.arange(xs[0], xs[1], xs[2]).astype(np.result_type(xs[0]))],
+    const_inputs=(0, 1, 2),
+)
+
+
+def _eyelike_eval(node: Node, xs):
+    from .importer import onnx_dtype
+
+    x = xs[0]
+    dtype = onnx_dtype(node.attr("dtype")) if node.attr("dtype") is not None else x.dtype
+    return [np.eye(x.shape[0], x.shape[1], k=int(node.attr("k", 0)), dtype=dtype)]
+
+
+register("EyeLike", _eyelike_eval, shape_only=True)
+
+# -- Expand, Tile -------------------------------------------------------------------------------
+
+
+def _expand_normalize(node: Node) -> None:
+    shape = [int(d) for d in const_input(node, 1, "shape")]
+    node.inputs = node.inputs[:1]
+    x = node.inputs[0].shape
+    try:
+        out = np.broadcast_shapes(tuple(x), tuple(shape))
+    except ValueError:
+        bad_attr(node, f"cannot expand {x} to {shape}")
+    node.attrs = {"shape": [int(d) for d in out]}
+
+
+register(
+    "Expand",
+    lambda n, xs: [np.broadcast_to(xs[0], n.attrs["shape"]).copy()],
+    lambda n: [(tuple(n.attrs["shape"]), n.inputs[0].dtype)],
+    _expand_normalize,
+    const_inputs=(1,),
+)
+
+
+def _tile_normalize(node: Node) -> None:
+    node.attrs = {"repeats": [int(d) for d in const_input(node, 1, "repeats")]}
+    node.inputs = node.inputs[:1]
+    if len(node.attrs["repeats"]) != len(node.inputs[0].shape):
+        bad_attr(node, "repeats length differs from the input rank")
+
+
+register(
+    "Tile",
+    lambda n, xs: [np.tile(xs[0], n.attrs["repeats"])],
+    lambda n: [
+        (
+            tuple(d * r for d, r in zip(n.inputs[0].shape, n.attrs["repeats"])),
+            n.inputs[0].dtype,
+        )
+    ],
+    _tile_normalize,
+    const_inputs=(1,),
+)
+
+# -- Pad ----------------------------------------------------------------------------------------
+
+
+def _pad_normalize(node: Node) -> None:
+    x = node.inputs[0]
+    rank = len(x.shape)
+    if node.opset >= 11:
+        pads = [int(p) for p in const_input(node, 1, "pads")]
+        value = const_input(node, 2, "constant_value", required=False)
+        axes = const_input(node, 3, "axes", required=False)
+    else:
+        pads, value, axes = list(node.attr("pads")), node.attr("value", 0.0), None
+    axes = list(range(rank)) if axes is None else [norm_axis(node, int(a), rank) for a in axes]
+    full = [0] * (2 * rank)
+    for i, a in enumerate(axes):
+        full[a], full[a + rank] = pads[i], pads[i + len(axes)]
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        bad_attr(node, f"mode {mode!r}")
+    if any(p < 0 for p in full):
+        fail(node, "negative pads (cropping)")
+    value = 0 if value is None else np.asarray(value).reshape(-1)
+    node.attrs = {"pads": full, "mode": mode, "value": float(value[0]) if np.size(value) else 0.0}
+    node.inputs = node.inputs[:1]
+
+
+def _pad_eval(node: Node, xs):
+    x = xs[0]
+    p = node.attrs["pads"]
+    widths = [(p[i], p[i + x.ndim]) for i in range(x.ndim)]
+    mode = node.attrs["mode"]
+    if mode == "constant":
+        return [np.pad(x, widths, constant_values=x.dtype.type(node.attrs["value"]))]
+    return [np.pad(x, widths, mode=mode)]
+
+
+def _pad_infer(node: Node):
+    x = node.inputs[0]
+    p, r = node.attrs["pads"], len(x.shape)
+    return [(tuple(d + p[i] + p[i + r] for i, d in enumerate(x.shape)), x.dtype)]
+
+
+register("Pad", _pad_eval, _pad_infer, _pad_normalize, const_inputs=(1, 2, 3))
+
+# -- GatherElements -----------------------------------------------------------------------------
+
+
+def _axis_normalize(node: Node) -> None:
+    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", 0)), len(node.inputs[0].shape))
+
+
+def _gather_elements_eval(node: Node, xs):
+    data, idx = xs
+    axis = node.attrs["axis"]
+    idx = np.where(idx < 0, idx + data.shape[axis], idx)
+    return [np.take_along_axis(data, idx, axis=axis)]
+
+
+register(
+    "GatherElements",
+    _gather_elements_eval,
+    lambda n: [(n.inputs[1].shape, n.inputs[0].dtype)],
+    _axis_normalize,
+)
+
+# -- Split --------------------------------------------------------------------------------------
+
+
+def _split_normalize(node: Node) -> None:
+    x = node.inputs[0]
+    axis = norm_axis(node, int(node.attr("axis", 0)), len(x.shape))
+    split = node.attr("split")
+    if node.opset >= 13:
+        arr = const_input(node, 1, "split", required=False)
+        split = None if arr is None else [int(s) for s in arr]
+    n_out = node.attr("num_outputs") or node.attr("n_outputs")
+    if split is None:
+        n = int(n_out) if n_out else None
+        if n is None:
+            bad_attr(node, "Split needs split sizes or num_outputs")
+        size = -(-x.shape[axis] // n)
+        split = [size] * (n - 1) + [x.shape[axis] - size * (n - 1)]
+    if sum(split) != x.shape[axis] or any(s < 0 for s in split):
+        bad_attr(node, f"split {split} does not cover axis {axis} of {x.shape}")
+    node.attrs = {"axis": axis, "split": split}
+    node.inputs = node.inputs[:1]
+
+
+def _split_eval(node: Node, xs):
+    cuts = np.cumsum(node.attrs["split"])[:-1]
+    parts = [np.ascontiguousarray(p) for p in np.split(xs[0], cuts, axis=node.attrs["axis"])]
+    return parts if "output" not in node.attrs else [parts[node.attrs["output"]]]
+
+
+def _split_infer(node: Node):
+    x, axis = node.inputs[0], node.attrs["axis"]
+    outs = [
+        (tuple(s if i == axis else d for i, d in enumerate(x.shape)), x.dtype)
+        for s in node.attrs["split"]
+    ]
+    return outs if "output" not in node.attrs else [outs[node.attrs["output"]]]
+
+
+register(
+    "Split", _split_eval, _split_infer, _split_normalize, const_inputs=(1,), split_outputs=True
+)
+
+# -- DepthToSpace, SpaceToDepth ------------------------------------------------------------------
+
+
+def _d2s_eval(node: Node, xs):
+    x = xs[0]
+    b = node.attrs["blocksize"]
+    n, c, h, w = x.shape
+    if node.op == "SpaceToDepth":
+        y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        return [y.reshape(n, c * b * b, h // b, w // b)]
+    if node.attrs["mode"] == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return [y.reshape(n, c // (b * b), h * b, w * b)]
+
+
+def _d2s_normalize(node: Node) -> None:
+    if len(node.inputs[0].shape) != 4:
+        fail(node, "input rank other than 4")
+    node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": node.attr("mode", "DCR")}
+
+
+register("DepthToSpace", _d2s_eval, None, _d2s_normalize)
+register("SpaceToDepth", _d2s_eval, None, _d2s_normalize)
+
+# -- Trilu, OneHot ------------------------------------------------------------------------------
+
+
+def _trilu_normalize(node: Node) -> None:
+    k = const_input(node, 1, "k", required=False)
+    node.attrs = {"k": 0 if k is None else int(np.ravel(k)[0]), "upper": int(node.attr("upper", 1))}
+    node.inputs = node.inputs[:1]
+
+
+def _trilu_eval(node: Node, xs):
+    fn = np.triu if node.attrs["upper"] else np.tril
+    return [fn(xs[0], node.attrs["k"])]
+
+
+register(
+    "Trilu",
+    _trilu_eval,
+    lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
+    _trilu_normalize,
+    const_inputs=(1,),
+)
+
+
+def _onehot_normalize(node: Node) -> None:
+    depth = int(np.ravel(const_input(node, 1, "depth"))[0])
+    values = const_input(node, 2, "values")
+    rank = len(node.inputs[0].shape) + 1
+    node.attrs = {
+        "axis": norm_axis(node, int(node.attr("axis", -1)), rank),
+        "depth": depth,
+        "off": values[0].item(),
+        "on": values[1].item(),
+        "dtype": np.dtype(values.dtype),
+    }
+    node.inputs = node.inputs[:1]
+
+
+def _onehot_eval(node: Node, xs):
+    idx, depth = xs[0].astype(np.int64), node.attrs["depth"]
+    idx = np.where(idx < 0, idx + depth, idx)
+    hot = np.moveaxis(idx[..., None] == np.arange(depth), -1, node.attrs["axis"])
+    a = node.attrs
+    return [np.where(hot, a["on"], a["off"]).astype(a["dtype"])]
+
+
+def _onehot_infer(node: Node):
+    shape = list(node.inputs[0].shape)
+    shape.insert(node.attrs["axis"], node.attrs["depth"])
+    return [(tuple(shape), node.attrs["dtype"])]
+
+
+register("OneHot", _onehot_eval, _onehot_infer, _onehot_normalize, const_inputs=(1, 2))
+
+# -- CumSum, TopK, Hardmax: one row along an axis per kernel iteration ---------------------------
+
+
+def _cumsum_normalize(node: Node) -> None:
+    axis = int(np.ravel(const_input(node, 1, "axis"))[0])
+    node.attrs = {
+        "axis": norm_axis(node, axis, len(node.inputs[0].shape)),
+        "exclusive": int(node.attr("exclusive", 0)),
+        "reverse": int(node.attr("reverse", 0)),
+    }
+    node.inputs = node.inputs[:1]
+
+
+def _cumsum_eval(node: Node, xs):
+    x, a = xs[0], node.attrs["axis"]
+    if node.attrs["reverse"]:
+        x = np.flip(x, a)
+    y = np.cumsum(x, axis=a, dtype=x.dtype)
+    if node.attrs["exclusive"]:
+        y = np.concatenate([np.zeros_like(np.take(y, [0], a)), np.delete(y, -1, a)], axis=a)
+    return [np.flip(y, a) if node.attrs["reverse"] else y]
+
+
+register(
+    "CumSum",
+    _cumsum_eval,
+    lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
+    _cumsum_normalize,
+    const_inputs=(1,),
+)
+
+
+def _topk_normalize(node: Node) -> None:
+    x = node.inputs[0]
+    k = int(np.ravel(const_input(node, 1, "k"))[0]) if node.opset >= 10 else int(node.attr("k"))
+    axis = norm_axis(node, int(node.attr("axis", -1)), len(x.shape))
+    if not 0 <= k <= x.shape[axis]:
+        bad_attr(node, f"k={k} out of range for axis {axis} of {x.shape}")
+    node.attrs = {"k": k, "axis": axis, "largest": int(node.attr("largest", 1))}
+    node.attrs["sorted"] = int(node.attr("sorted", 1))
+    node.inputs = node.inputs[:1]
+
+
+def _topk_eval(node: Node, xs):
+    x, a, k = xs[0], node.attrs["axis"], node.attrs["k"]
+    key = -x if node.attrs["largest"] else x
+    idx = np.take(np.argsort(key, axis=a, kind="stable"), np.arange(k), axis=a)
+    return [np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)]
+
+
+def _topk_infer(node: Node):
+    x, a = node.inputs[0], node.attrs["axis"]
+    shape = tuple(node.attrs["k"] if i == a else d for i, d in enumerate(x.shape))
+    return [(shape, x.dtype), (shape, np.dtype(np.int64))]
+
+
+def _topk_part_eval(node: Node, xs):
+    outs = _topk_eval(node, xs)
+    return outs if "output" not in node.attrs else [outs[node.attrs["output"]]]
+
+
+def _topk_part_infer(node: Node):
+    outs = _topk_infer(node)
+    return outs if "output" not in node.attrs else [outs[node.attrs["output"]]]
+
+
+register(
+    "TopK",
+    _topk_part_eval,
+    _topk_part_infer,
+    _topk_normalize,
+    const_inputs=(1,),
+    split_outputs=True,
+)
+
+
+def _hardmax_normalize(node: Node) -> None:
+    rank = len(node.inputs[0].shape)
+    if node.opset < 13:
+        fail(node, "opset < 13 (2-d coercion)")
+    node.attrs = {"axis": norm_axis(node, int(node.attr("axis", -1)), rank)}
+
+
+def _hardmax_eval(node: Node, xs):
+    x, a = xs[0], node.attrs["axis"]
+    idx = np.expand_dims(np.argmax(x, axis=a), a)
+    y = np.zeros_like(x)
+    np.put_along_axis(y, idx, 1, axis=a)
+    return [y]
+
+
+register(
+    "Hardmax", _hardmax_eval, lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)], _hardmax_normalize
+)
+
+# -- Dropout: the identity at inference ----------------------------------------------------------
+
+
+def _dropout_normalize(node: Node) -> None:
+    training = const_input(node, 2, "training_mode", required=False)
+    if (training is not None and bool(np.ravel(training)[0])) or node.attr("is_test", 1) == 0:
+        fail(node, "training_mode=1 (random masks)")
+    node.inputs = node.inputs[:1]
+    node.attrs = {}
+    node.op = "Identity"
+
+
+register("Dropout", lambda n, xs: [xs[0]], None, _dropout_normalize, const_inputs=(1, 2))

@@ -1,0 +1,242 @@
+"""Index-map kernels (each output element reads one input element at computed coordinates) and
+per-row selections (TopK, Hardmax, CumSum) written as element templates with an inner loop."""
+
+from __future__ import annotations
+
+from ..ir import Node
+from .emit import KernelBuilder, broadcast_strides, contiguous_strides, type_name
+from .scalar import lit
+from .templates import ELEMENT_TEMPLATES
+
+
+def _load(kb: KernelBuilder, name: str, shape, coords: list[str]) -> str:
+    v = kb.tmp()
+    kb.emit(f"{v} = {kb.tensor(name)}[{kb.offset(contiguous_strides(shape), coords)}]")
+    return v
+
+
+def _shifted(kb: KernelBuilder, c: str, scale: int, shift: int) -> str:
+    """The expression c * scale + shift with both as run-time ints (kept out of the source)."""
+    expr = c if scale == 1 else f"{c} * {kb.int_param(scale, 'm')}"
+    return expr if shift == 0 else f"({expr} + {kb.int_param(shift, 'o')})"
+
+
+def expand_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    v = kb.tmp()
+    strides = broadcast_strides(x.shape, tuple(node.outputs[0].shape))
+    kb.emit(f"{v} = {kb.tensor(x.name)}[{kb.offset(strides, coords)}]")
+    return v
+
+
+def tile_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    src = [f"({c} % {kb.int_param(d, 'd')})" for c, d in zip(coords, x.shape)]
+    return _load(kb, x.name, x.shape, src)
+
+
+def slice_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    a = node.attrs
+    start, step = [0] * len(x.shape), [1] * len(x.shape)
+    axes = a.get("axes") or list(range(len(a["starts"])))
+    steps = a.get("steps") or [1] * len(a["starts"])
+    for s, e, ax, st in zip(a["starts"], a["ends"], axes, steps):
+        ax = int(ax) % len(x.shape)
+        start[ax], _, step[ax] = slice(int(s), int(e), int(st)).indices(x.shape[ax])
+    src = [_shifted(kb, c, st, s0) for c, st, s0 in zip(coords, step, start)]
+    return _load(kb, x.name, x.shape, src)
+
+
+def split_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x, axis, k = node.inputs[0], node.attrs["axis"], node.attrs.get("output", 0)
+    src = list(coords)
+    src[axis] = _shifted(kb, coords[axis], 1, sum(node.attrs["split"][:k]))
+    return _load(kb, x.name, x.shape, src)
+
+
+def pad_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    t = type_name(x.dtype)
+    mode, pads = node.attrs["mode"], node.attrs["pads"]
+    v, inside = kb.tmp(), kb.tmp("ok")
+    kb.emit(f"{inside} = True")
+    src = []
+    for ax, (c, d) in enumerate(zip(coords, x.shape)):
+        q = kb.tmp("q")
+        D = kb.int_param(d, "d")
+        kb.emit(f"{q} = {c} - {kb.int_param(pads[ax], 'p')}")
+        if mode == "constant":
+            kb.emit(f"if {q} < 0 or {q} >= {D}:")
+            kb.emit(f"{inside} = False", 1)
+        elif mode == "edge":
+            kb.emit(f"{q} = min(max({q}, 0), {D} - 1)")
+        elif mode == "wrap":
+            kb.emit(f"{q} = {q} % {D}")
+        else:  # reflect, mirrored about the edge elements
+            kb.emit(f"if {D} > 1:")
+            kb.emit(f"{q} = {q} % (2 * {D} - 2)", 1)
+            kb.emit(f"if {q} >= {D}:", 1)
+            kb.emit(f"{q} = 2 * {D} - 2 - {q}", 2)
+            kb.emit("else:")
+            kb.emit(f"{q} = 0", 1)
+        src.append(q)
+    kb.emit(f"{v} = {lit(node.attrs['value'], t)}")
+    kb.emit(f"if {inside}:")
+    off = kb.offset(contiguous_strides(x.shape), src)
+    kb.emit(f"{v} = {kb.tensor(x.name)}[{off}]", 1)
+    return v
+
+
+def _index_value(kb: KernelBuilder, idx_name: str, idx_shape, coords, dim: int) -> str:
+    q = _load(kb, idx_name, idx_shape, coords)
+    r = kb.tmp("ix")
+    D = kb.int_param(dim, "d")
+    kb.emit(f"{r} = {q} + {D} if {q} < 0 else {q}")
+    return r
+
+
+def gather_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    data, idx = node.inputs
+    a, r = node.attrs["axis"], len(idx.shape)
+    iv = _index_value(kb, idx.name, idx.shape, coords[a : a + r], data.shape[a])
+    return _load(kb, data.name, data.shape, coords[:a] + [iv] + coords[a + r :])
+
+
+def gather_elements_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    data, idx = node.inputs
+    a = node.attrs["axis"]
+    iv = _index_value(kb, idx.name, idx.shape, coords, data.shape[a])
+    return _load(kb, data.name, data.shape, coords[:a] + [iv] + coords[a + 1 :])
+
+
+def depth_space_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    n, c, y, w = coords
+    B = kb.int_param(node.attrs["blocksize"], "B")
+    if node.op == "SpaceToDepth":
+        C = kb.int_param(x.shape[1], "C")
+        q = f"({c} // {C})"
+        src = [n, f"({c} % {C})", f"({y} * {B} + {q} // {B})", f"({w} * {B} + {q} % {B})"]
+    else:
+        by, bx = f"({y} % {B})", f"({w} % {B})"
+        if node.attrs["mode"] == "DCR":
+            CO = kb.int_param(x.shape[1] // node.attrs["blocksize"] ** 2, "C")
+            ch = f"(({by} * {B} + {bx}) * {CO} + {c})"
+        else:
+            ch = f"(({c} * {B} + {by}) * {B} + {bx})"
+        src = [n, ch, f"({y} // {B})", f"({w} // {B})"]
+    return _load(kb, x.name, x.shape, src)
+
+
+def trilu_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    t = type_name(x.dtype)
+    v = _load(kb, x.name, x.shape, coords)
+    i, j, k = coords[-2], coords[-1], kb.int_param(node.attrs["k"], "k")
+    keep = f"{j} - {i} >= {k}" if node.attrs["upper"] else f"{j} - {i} <= {k}"
+    kb.emit(f"if not ({keep}):")
+    kb.emit(f"{v} = {lit(0, t)}", 1)
+    return v
+
+
+def onehot_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    idx, a = node.inputs[0], node.attrs["axis"]
+    t = type_name(node.attrs["dtype"])
+    depth = node.attrs["depth"]
+    q = _load(kb, idx.name, idx.shape, coords[:a] + coords[a + 1 :])
+    r, v = kb.tmp("ix"), kb.tmp()
+    D = kb.int_param(depth, "d")
+    kb.emit(f"{r} = i64({q})")
+    kb.emit(f"{r} = {r} + {D} if {r} < 0 else {r}")
+    on, off = lit(node.attrs["on"], t), lit(node.attrs["off"], t)
+    kb.emit(f"{v} = {on} if {r} == {coords[a]} else {off}")
+    return v
+
+
+def _row(node: Node, kb: KernelBuilder, coords: list[str], axis: int):
+    """(base offset of the row through ``coords``, stride along ``axis``, row length)."""
+    x = node.inputs[0]
+    strides = contiguous_strides(x.shape)
+    others = [c if i != axis else "0" for i, c in enumerate(coords)]
+    base = kb.tmp("b")
+    kb.emit(f"{base} = {kb.offset(strides, others)}")
+    return base, kb.int_param(strides[axis], "s"), kb.int_param(x.shape[axis], "L")
+
+
+def cumsum_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    a = node.attrs["axis"]
+    t = type_name(x.dtype)
+    base, S, L = _row(node, kb, coords, a)
+    acc, j = kb.tmp("acc"), kb.tmp("j")
+    c = coords[a]
+    if node.attrs["reverse"]:
+        lo, hi = (f"{c} + 1", L) if node.attrs["exclusive"] else (c, L)
+    else:
+        lo, hi = ("0", c) if node.attrs["exclusive"] else ("0", f"{c} + 1")
+    kb.emit(f"{acc} = {lit(0, t)}")
+    kb.emit(f"for {j} in range({lo}, {hi}):")
+    kb.emit(f"{acc} += {kb.tensor(x.name)}[{base} + {j} * {S}]", 1)
+    return acc
+
+
+def topk_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """The element of rank coords[axis]: rank = how many row elements come before it."""
+    x = node.inputs[0]
+    a = node.attrs["axis"]
+    base, S, L = _row(node, kb, coords, a)
+    src = kb.tensor(x.name)
+    j, m, rank, vj, vm = (kb.tmp(p) for p in ("j", "m", "rank", "vj", "vm"))
+    val, pos = kb.tmp(), kb.tmp("pos")
+    cmp = ">" if node.attrs["largest"] else "<"
+    kb.emit(f"{val} = {src}[{base}]")
+    kb.emit(f"{pos} = 0")
+    kb.emit(f"for {j} in range({L}):")
+    kb.emit(f"{vj} = {src}[{base} + {j} * {S}]", 1)
+    kb.emit(f"{rank} = 0", 1)
+    kb.emit(f"for {m} in range({L}):", 1)
+    kb.emit(f"{vm} = {src}[{base} + {m} * {S}]", 2)
+    kb.emit(f"if {vm} {cmp} {vj} or ({vm} == {vj} and {m} < {j}):", 2)
+    kb.emit(f"{rank} += 1", 3)
+    kb.emit(f"if {rank} == {coords[a]}:", 1)
+    kb.emit(f"{val} = {vj}", 2)
+    kb.emit(f"{pos} = {j}", 2)
+    return pos if node.attrs.get("output", 0) == 1 else val
+
+
+def hardmax_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    a = node.attrs["axis"]
+    t = type_name(x.dtype)
+    base, S, L = _row(node, kb, coords, a)
+    src = kb.tensor(x.name)
+    j, best, pos, v = kb.tmp("j"), kb.tmp("best"), kb.tmp("pos"), kb.tmp()
+    kb.emit(f"{best} = {src}[{base}]")
+    kb.emit(f"{pos} = 0")
+    kb.emit(f"for {j} in range(1, {L}):")
+    kb.emit(f"if {src}[{base} + {j} * {S}] > {best}:", 1)
+    kb.emit(f"{best} = {src}[{base} + {j} * {S}]", 2)
+    kb.emit(f"{pos} = {j}", 2)
+    kb.emit(f"{v} = {lit(1, t)} if {pos} == {coords[a]} else {lit(0, t)}")
+    return v
+
+
+ELEMENT_TEMPLATES.update(
+    {
+        "Expand": expand_element,
+        "Tile": tile_element,
+        "Slice": slice_element,
+        "Split": split_element,
+        "Pad": pad_element,
+        "Gather": gather_element,
+        "GatherElements": gather_elements_element,
+        "DepthToSpace": depth_space_element,
+        "SpaceToDepth": depth_space_element,
+        "Trilu": trilu_element,
+        "OneHot": onehot_element,
+        "CumSum": cumsum_element,
+        "TopK": topk_element,
+        "Hardmax": hardmax_element,
+    }
+)

@@ -45,11 +45,20 @@ def _resolve(spec: str) -> tuple[str, str]:
     raise CliError(f"{spec}: no such file or directory, and not a built-in model {list(BUILTIN)}")
 
 
+def _check_target(target: str | None) -> None:
+    from . import default_target
+
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    if target == "cuda" and not simulated and default_target() != "cuda":
+        raise CliError("--target cuda needs a usable CUDA GPU and driver (none found); try cpu")
+
+
 def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) -> Any:
     """pyforge.compile in its two phases, reporting each pass and the kernel build."""
     from . import CompiledModel, default_target
     from .compiler import compile_to_plan
 
+    _check_target(target)
     target = target or default_target()
     t0 = time.perf_counter()
     if verbose:
@@ -77,6 +86,7 @@ def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) 
 
 def _load(spec: str, target: str | None, fusion: bool = True, verbose: bool = True) -> Any:
     kind, path = _resolve(spec)
+    _check_target(target)
     if kind == "plan":
         import pyforge
 

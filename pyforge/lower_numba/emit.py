@@ -39,9 +39,8 @@ from numba import njit, prange
 def kernel(n, {params}):
     rows = n // max({inner}, 1)
     for o in prange(rows):
-        for j in range({inner}):
-            i = o * {inner} + j
-{body}
+{outer}
+{loops}{body}
 """
 
 _CUDA_ROWS = """\
@@ -54,6 +53,7 @@ def kernel(n, {params}):
     j0 = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     o = cuda.blockIdx.y
     while o < rows:
+{outer}
         j = j0
         while j < {inner}:
             i = o * {inner} + j
@@ -141,6 +141,8 @@ class KernelBuilder:
     _counter: int = 0
     inner: str | None = None  # the int param holding the inner run length (rows x inner loop)
     inner_value: int = 0
+    inner_dims: list = field(default_factory=list)  # int params of the inner run's dims
+    outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
 
     def tmp(self, prefix: str = "v") -> str:
         self._counter += 1
@@ -184,8 +186,26 @@ class KernelBuilder:
             split -= 1
         self.inner_value = int(np.prod(shape[split:]))
         self.inner = self.int_param(self.inner_value, "IN")
+        # outer coordinates go at the row loop's level: a division may raise, so LLVM will not
+        # hoist it out of an inner loop that might run zero times
+        body, self.lines = self.lines, self.outer_lines
         outer = self._decompose(shape[:split], "o") if split else []
-        return outer + self._decompose(shape[split:], "j")
+        self.lines = body
+        # cpu: one nested loop per inner dim, so no coordinate needs a division;
+        # cuda: one thread per element of the run, coordinates divided out of j
+        self.inner_dims = [self.int_param(d, "D") for d in shape[split:]]
+        names = [self.tmp("c") for _ in self.inner_dims]
+        rem = "j"
+        for axis in range(len(names) - 1, -1, -1):
+            if axis == 0:
+                self.emit(f"{names[0]} = q0", cuda=f"{names[0]} = {rem}")
+                break
+            nxt = self.tmp("r")
+            d = self.inner_dims[axis]
+            self.emit(f"{names[axis]} = q{axis}", cuda=f"{names[axis]} = {rem} % {d}")
+            self.emit(f"{nxt} = 0", cuda=f"{nxt} = {rem} // {d}")
+            rem = nxt
+        return outer + names
 
     def _decompose(self, shape: tuple[int, ...], flat: str) -> list[str]:
         if not shape:
@@ -218,9 +238,20 @@ class KernelBuilder:
             cpu = _CPU.format(params=params, body=self._body(0, "        "), parallel=parallel)
             cuda = _CUDA.format(params=params, body=self._body(1, "        "))
         else:
-            body = self._body(0, "            ")
-            cpu = _CPU_ROWS.format(params=params, body=body, parallel=parallel, inner=self.inner)
-            cuda = _CUDA_ROWS.format(params=params, body=body, inner=self.inner)
+            loops, j = "", "0"
+            for k, d in enumerate(self.inner_dims):
+                loops += "    " * (k + 2) + f"for q{k} in range({d}):\n"
+                j = f"q{k}" if k == 0 else f"({j}) * {d} + q{k}"
+            pad = "    " * (len(self.inner_dims) + 2)
+            loops += f"{pad}i = o * {self.inner} + {j}\n"
+            outer = "\n".join("        " + ln for ln in self.outer_lines)
+            cpu = _CPU_ROWS.format(
+                params=params, parallel=parallel, inner=self.inner, loops=loops,
+                body=self._body(0, pad), outer=outer,
+            )
+            cuda = _CUDA_ROWS.format(
+                params=params, body=self._body(1, "            "), inner=self.inner, outer=outer
+            )
         cpu = _HEADER + "\n" + cpu
         cuda = _HEADER + "\n" + cuda
         key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]

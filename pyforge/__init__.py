@@ -94,7 +94,10 @@ def compile(
     # shape-specialised kernels pay on the GPU (index math by constants); the cpu target keeps
     # shape-generic kernels, compiled once and shared across models and tests
     specialize = options.pop("specialize", target == "cuda")
-    plan, details = compile_to_plan(model, fusion_on=fusion, specialize=specialize)
+    # channels-last lets cuBLASLt fold conv epilogues (bias per column); numpy cannot, so the
+    # cpu target stays NCHW unless asked
+    layout = options.pop("layout", "nhwc" if target == "cuda" else "nchw")
+    plan, details = compile_to_plan(model, fusion_on=fusion, specialize=specialize, layout=layout)
     compiled = CompiledModel(plan, target, **options)
     compiled.details = details
     return compiled

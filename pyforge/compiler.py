@@ -12,7 +12,7 @@ from .exec.plan import ExecutionPlan, Slot
 from .frontend import import_onnx, load_model
 from .lower_numba.emit import KernelCall
 from .lower_numba.lower import GemmCall, Program, lower_graph
-from .opt import canonicalize, fusion, simplify  # noqa: F401  (register passes)
+from .opt import canonicalize, fusion, layout, simplify  # noqa: F401  (register passes)
 from .opt.memory_plan import Buffer, check_no_overlap, plan_memory
 from .opt.passes import PassManager
 
@@ -130,13 +130,18 @@ def build_plan(prog: Program) -> ExecutionPlan:
 
 
 def compile_to_plan(
-    model: Any, fusion_on: bool = True, verify: bool = True, specialize: bool = False
+    model: Any,
+    fusion_on: bool = True,
+    verify: bool = True,
+    specialize: bool = False,
+    layout: str = "nchw",
 ) -> tuple[ExecutionPlan, dict]:
     """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details."""
     t0 = time.perf_counter()
     proto = load_model(model)
     graph = import_onnx(proto)
-    pm = PassManager(PIPELINE + ["fuse" if fusion_on else "no_fuse"], verify=verify)
+    passes = PIPELINE + (["nhwc_layout", "dce"] if layout == "nhwc" else [])
+    pm = PassManager(passes + ["fuse" if fusion_on else "no_fuse"], verify=verify)
     graph = pm.run(graph)
     groups = [n for n in graph.nodes if n.op == "Fused"]
     prog = lower_graph(graph, specialize)
@@ -146,6 +151,7 @@ def compile_to_plan(
         ops_out=len(graph.nodes),
         groups=len(groups),
         fusion=fusion_on,
+        layout=layout,
         compile_seconds_frontend=time.perf_counter() - t0,
     )
     details = {

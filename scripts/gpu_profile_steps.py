@@ -1,6 +1,6 @@
 """GPU time of every step of a plan, each captured alone in a CUDA graph and replayed.
 
-    python benchmarks/gpu_profile_steps.py [--model resnet50] [--precision fp32]
+    python scripts/gpu_profile_steps.py [--model resnet50] [--precision fp32]
 
 Prints the total by step kind and the slowest steps; the sum approximates one graph replay.
 """

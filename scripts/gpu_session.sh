@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call does everything: parity tests, fusion counts, peer benchmark. Run on the device
 # machine from the repository root, with the wheels of shared/tools/gpu-wheels.sh in .whl/.
-#   bash benchmarks/gpu_session.sh [quick]
+#   bash scripts/gpu_session.sh [quick]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

@@ -12,8 +12,9 @@ from ..ir import Graph, Node, Value
 from .emit import SPECIALIZE, KernelBuilder, KernelCall, broadcast_strides, type_name
 from .scalar import SCALAR, lit
 from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES, im2col
+from .templates_nhwc import im2col_nhwc
 
-GEMM_OPS = {"Gemm", "MatMul", "Conv"}
+GEMM_OPS = {"Gemm", "MatMul", "Conv", "ConvNHWC"}
 
 
 @dataclass
@@ -152,6 +153,8 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
             raise UnsupportedOperatorError(node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}")
         return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, n, n, batch=batch,
                         stride_a=stride_a, stride_b=k * n, stride_d=m * n)
+    if node.op == "ConvNHWC":
+        return _conv_nhwc(node, prog, d)
     # dense Conv: W[Co, K] @ col[n][K, P] for every image n
     x, y = a, node.outputs[0]
     if len(x.shape) not in (3, 4):
@@ -173,6 +176,31 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
                     stride_b=kk * p, stride_d=co * p, label=f"Conv {node.name}", prologue=prologue)
 
 
+def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
+    """Channels last: D[n*P, Co] = col[n*P, K] @ W[Co, K]^T, K ordered (ky, kx, c)."""
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    n_, h, wd, c = x.shape
+    _, oh, ow, co = y.shape
+    (kh, kw), (sh, sw) = node.attrs["kernel_shape"], node.attrs["strides"]
+    kk = kh * kw * c
+    pointwise = kh == kw == 1 and not any(node.attrs["pads"])
+    label = f"Conv {node.name}"
+    if pointwise and sh == sw == 1:  # the activation is already the [P, C] matrix
+        return GemmCall(prog.add(x), prog.add(w), d, n_ * oh * ow, co, c, c, c, co, trans_b=True,
+                        label=label)
+    if pointwise and h == oh * sh:  # stride s: every s-th pixel of every s-th row, no copy
+        return GemmCall(prog.add(x), prog.add(w), d, ow, co, c, sw * c, c, co, trans_b=True,
+                        batch=n_ * oh, stride_a=sh * wd * c, stride_b=0, stride_d=ow * co,
+                        label=label)
+    col = prog.temp(f"{y.name}::col", (n_ * oh * ow, kk), x.dtype)
+    kb = KernelBuilder(f"im2col {node.name}")
+    size = im2col_nhwc(node, kb)
+    prologue = kb.build(size)
+    prologue.writes = [col]
+    return GemmCall(col, prog.add(w), d, n_ * oh * ow, co, kk, kk, kk, co, trans_b=True,
+                    label=label, prologue=prologue)
+
+
 def _library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict | None:
     """bias (+ residual) (+ Relu/Gelu) after a GEMM, as {"bias", "bias_axis", "residual", "act"}."""
     out = anchor.outputs[0]
@@ -189,7 +217,8 @@ def _library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict 
     if rest and rest[0].op == "Add" and (v := other(rest[0])) is not None and v.const is not None:
         nd = len(out.shape)
         want_m = rows_axis is not None and v.shape == (1, out.shape[1]) + (1,) * (nd - 2)
-        want_n = rows_axis is None and v.shape in ((out.shape[-1],), (1, out.shape[-1]))
+        last = (1,) * (len(v.shape) - 1) + (out.shape[-1],)
+        want_n = rows_axis is None and len(v.shape) <= nd and tuple(v.shape) == last
         if want_m or want_n:
             pat.update(bias=prog.add(v), bias_axis="m" if want_m else "n")
             cur = rest.pop(0).outputs[0]

@@ -24,6 +24,11 @@ EPILOGUE_ANCHORS = {
     "GlobalMaxPool",
     "Transpose",
     "Concat",
+    "ConvNHWC",
+    "MaxPoolNHWC",
+    "AveragePoolNHWC",
+    "GlobalAveragePoolNHWC",
+    "GlobalMaxPoolNHWC",
 }
 
 

@@ -39,3 +39,26 @@ def test_saved_plan_runs_on_cuda(tmp_path):
     compiled = pyforge.compile(model, target="cuda")
     compiled.save(tmp_path / "plan")
     np.testing.assert_allclose(pyforge.load(tmp_path / "plan", target="cuda").predict(x), compiled.predict(x), rtol=1e-6)
+
+
+def test_no_device_allocation_after_first_predict():
+    from numba import cuda
+
+    path = cached_model("resnet50")
+    x = random_inputs(path, seed=5)
+    compiled = pyforge.compile(path, target="cuda")
+    compiled.predict(x)
+    cuda.synchronize()
+    free_before, _ = cuda.current_context().get_memory_info()
+    for seed in range(20):
+        compiled.predict(random_inputs(path, seed=seed))
+    cuda.synchronize()
+    free_after, _ = cuda.current_context().get_memory_info()
+    print(f"device bytes allocated over 20 predicts: {free_before - free_after}")
+    assert free_after == free_before
+
+
+def test_tf32_error_is_stated():
+    path = cached_model("resnet50")
+    compiled, err = check_against_ort(path, random_inputs(path, seed=6), target="cuda", precision="tf32", rtol=5e-2, atol=5e-2)
+    print(f"tf32 max abs error vs ORT fp32: {err:.3g}")

@@ -230,3 +230,4 @@ ROW_TEMPLATES: dict[str, Callable[[Node, KernelBuilder], int]] = {
 # op families with their own template modules register into the tables above
 from . import templates_reduce  # noqa: E402, F401
 from . import templates_index  # noqa: E402, F401
+from . import templates_norm  # noqa: E402, F401

@@ -17,7 +17,7 @@ def _load(kb: KernelBuilder, name: str, shape, coords: list[str]) -> str:
 
 def _shifted(kb: KernelBuilder, c: str, scale: int, shift: int) -> str:
     """The expression c * scale + shift with both as run-time ints (kept out of the source)."""
-    expr = c if scale == 1 else f"{c} * {kb.int_param(scale, 'm')}"
+    expr = c if scale == 1 else f"{c} * {kb.int_param(scale, 'mul')}"
     return expr if shift == 0 else f"({expr} + {kb.int_param(shift, 'o')})"
 
 
@@ -187,7 +187,7 @@ def topk_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     a = node.attrs["axis"]
     base, S, L = _row(node, kb, coords, a)
     src = kb.tensor(x.name)
-    j, m, rank, vj, vm = (kb.tmp(p) for p in ("j", "m", "rank", "vj", "vm"))
+    j, m, rank, vj, vm = (kb.tmp(p) for p in ("j", "mm", "rank", "vj", "vm"))
     val, pos = kb.tmp(), kb.tmp("pos")
     cmp = ">" if node.attrs["largest"] else "<"
     kb.emit(f"{val} = {src}[{base}]")

@@ -69,7 +69,7 @@ def reduce_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     t = type_name(x.dtype)
     acc = kb.tmp("acc")
     if node.op == "ReduceLogSumExp":
-        m = kb.tmp("m")
+        m = kb.tmp("mx")
         kb.emit(f"{m} = {lit(-np.inf, t)}")
         _, v, _, n = reduced_loop(node, kb, coords)
         kb.emit(f"{m} = max({m}, {v})", 1)

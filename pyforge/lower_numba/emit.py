@@ -77,6 +77,7 @@ def kernel(n, {params}):
 
 
 ROW_MIN = 256  # shortest inner run worth a row of threads
+PARALLEL_MIN = 1 << 15  # fewest loop iterations worth cpu threads
 
 
 class _Specialize:
@@ -232,7 +233,10 @@ class KernelBuilder:
     def _body(self, target: int, indent: str) -> str:
         return "\n".join(indent + (ln if isinstance(ln, str) else ln[target]) for ln in self.lines)
 
-    def build(self, n: int, parallel: bool = True) -> KernelCall:
+    def build(self, n: int, parallel: bool | None = None) -> KernelCall:
+        # threads pay only on large loops, and a parallel (parfor) compile costs several times
+        # a serial one: small kernels, the bulk of ONNX's node tests, are compiled serial
+        parallel = n >= PARALLEL_MIN if parallel is None else parallel
         params = ", ".join(self.params)
         if self.inner is None:
             cpu = _CPU.format(params=params, body=self._body(0, "        "), parallel=parallel)

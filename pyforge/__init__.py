@@ -37,7 +37,7 @@ def _runtime(plan: ExecutionPlan, target: str, **options: Any):
     if target == "cpu":
         from .exec.cpu import CpuRuntime
 
-        return CpuRuntime(plan)
+        return CpuRuntime(plan, **options)
     if target == "cuda":
         from .exec.cuda import CudaRuntime
 

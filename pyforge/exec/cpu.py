@@ -74,7 +74,9 @@ def _bind_gemm(g: dict, views: dict) -> Callable[[], None]:
 class CpuRuntime:
     """Binds a plan to a numpy arena; ``run`` executes the bound calls in order."""
 
-    def __init__(self, plan: ExecutionPlan):
+    def __init__(self, plan: ExecutionPlan, precision: str = "fp32"):
+        if precision != "fp32":
+            raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
         self.plan = plan
         self.arena = np.empty(max(plan.arena_bytes, 1), np.uint8)
         self.views = flat_views(plan, self.arena, plan.weights)

@@ -44,6 +44,9 @@ class CudaRuntime:
         precision: str = "fp32",
         library_epilogues: bool = True,
     ):
+        if precision not in ("fp32", "tf32"):
+            raise ValueError(f"precision={precision!r}: the cuda target runs 'fp32' or 'tf32' GEMMs "
+                             "(fp16 needs fp16 activations, not implemented yet)")
         self.plan = plan
         self.library_epilogues = library_epilogues
         self.launches = 0

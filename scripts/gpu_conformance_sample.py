@@ -1,0 +1,53 @@
+"""Run a seeded sample of the cpu-passing ONNX backend cases on the cuda target, plus the light
+ResNet-50, within a time budget; print pass counts and the failures.
+
+    python3 scripts/gpu_conformance_sample.py [--budget-s 240] [--n 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+import warnings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from tests.conformance.suite import cases, read_expected, run_case
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget-s", type=float, default=240)
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--skip-light", action="store_true")
+    args = ap.parse_args()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        all_cases = {c.name: c for c in cases()}
+    expected = sorted(n for n in read_expected() if all_cases[n].kind == "node")
+    sample = random.Random(0).sample(expected, min(args.n, len(expected)))
+    t0 = time.time()
+    try:
+        if not args.skip_light:
+            run_case(all_cases["test_resnet50"], device="CUDA")
+            print("light resnet50 on cuda: pass", flush=True)
+    except Exception as e:
+        print(f"light resnet50 on cuda: FAIL {type(e).__name__}: {str(e)[:200]}", flush=True)
+    passed, failed, ran = 0, [], 0
+    for name in sample:
+        if time.time() - t0 > args.budget_s:
+            break
+        ran += 1
+        try:
+            run_case(all_cases[name], device="CUDA")
+            passed += 1
+        except Exception as e:
+            failed.append(f"{name}: {type(e).__name__}: {str(e)[:120]}")
+    print("\n".join(failed[:40]))
+    print(f"node tests on cuda: {passed} passed of {ran} run ({len(sample)} sampled from the "
+          f"{len(expected)} that pass on cpu) in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="mlp,ew,resnet50")
     args = ap.parse_args(argv)
     print(f"target: {args.target}\n")
-    print("| model | fusion | ops in/out | launches per inference (kernels + GEMMs) | arena | naive | lower bound | arena / bound |")
+    print(
+        "| model | fusion | ops in/out | launches per inference (kernels + GEMMs) | arena | naive | lower bound | arena / bound |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         assert name in MODELS, name

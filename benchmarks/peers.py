@@ -40,7 +40,10 @@ def torch_module(name: str, path: str):
     import torch
     from onnx import numpy_helper
 
-    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(path).graph.initializer}
+    weights = {
+        t.name: torch.from_numpy(numpy_helper.to_array(t).copy())
+        for t in onnx.load(path).graph.initializer
+    }
     if name == "resnet50":
         import torchvision
 
@@ -62,11 +65,18 @@ def torch_module(name: str, path: str):
         return net.eval()
     # mlp: fc1 and fc3 are Gemm(transB=1) with torch's [out, in] layout; fc2 is MatMul [in, out]
     net = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
         torch.nn.Linear(512, 10),
     )
     with torch.no_grad():
-        for layer, prefix, transpose in ((net[0], "fc1", False), (net[2], "fc2", True), (net[4], "fc3", False)):
+        for layer, prefix, transpose in (
+            (net[0], "fc1", False),
+            (net[2], "fc2", True),
+            (net[4], "fc3", False),
+        ):
             w = weights[f"{prefix}.weight"]
             layer.weight.copy_(w.T if transpose else w)
             layer.bias.copy_(weights[f"{prefix}.bias"])
@@ -123,8 +133,10 @@ def torch_peers(name: str, path: str, x: np.ndarray, runs: int) -> dict[str, dic
                 comp(xt)
                 torch.cuda.synchronize()
 
-            out["torch.compile reduce-overhead"] = dict(measure(compiled, runs), compile_s=compile_s)
-        except Exception as e:  # a peer that fails to build is reported, not faked
+            out["torch.compile reduce-overhead"] = dict(
+                measure(compiled, runs), compile_s=compile_s
+            )
+        except Exception as e:  # noqa: BLE001  (a peer that fails to build is reported, not faked)
             print(f"torch.compile failed: {type(e).__name__}: {e}", file=sys.stderr)
     return out
 
@@ -140,7 +152,7 @@ def ort_peer(path: str, feeds: dict, runs: int) -> dict[str, dict]:
             continue
         sess = ort.InferenceSession(path, providers=[provider])
         out[f"ONNX Runtime {provider.replace('ExecutionProvider', '')}"] = measure(
-            lambda: sess.run(None, feeds), max(runs // 4, 10), warmup=3
+            lambda sess=sess: sess.run(None, feeds), max(runs // 4, 10), warmup=3
         )
     return out
 
@@ -155,13 +167,13 @@ def pyforge_rows(path: str, feeds: dict, target: str, runs: int) -> dict[str, di
         model = pyforge.compile(path, target=target, **opts)
         model.predict(feeds)
         compile_s = time.perf_counter() - t0
-        row = measure(lambda: model.predict(feeds), runs)
+        row = measure(lambda model=model: model.predict(feeds), runs)
         row.update(launches=model.stats["launches"], compile_s=compile_s)
         out[f"pyforge {target} {label} predict (numpy in/out)"] = row
         rt = model.runtime
         if target == "cuda" and getattr(rt, "graph", None) is not None:
 
-            def replay():
+            def replay(rt=rt):
                 rt.graph.replay()
                 rt.stream.synchronize()
 
@@ -172,7 +184,11 @@ def pyforge_rows(path: str, feeds: dict, target: str, runs: int) -> dict[str, di
 
 
 def environment() -> str:
-    parts = [datetime.date.today().isoformat(), platform.machine(), f"python {platform.python_version()}"]
+    parts = [
+        datetime.date.today().isoformat(),
+        platform.machine(),
+        f"python {platform.python_version()}",
+    ]
     try:
         import numba
 
@@ -206,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args(argv)
     target = args.target or pyforge.default_target()
-    lines = [f"Measured {environment()}; target {target}; median and p99 of {args.runs} runs after warm-up.", ""]
+    lines = [
+        f"Measured {environment()}; target {target}; median and p99 of {args.runs} runs after warm-up.",
+        "",
+    ]
     lines.append("| model | batch | system | median ms | p99 ms | items/s | launches | compile s |")
     lines.append("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
@@ -222,11 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(
                     f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
                     f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} "
-                    f"| {r['compile_s']:.1f} |" if "compile_s" in r else
-                    f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
+                    f"| {r['compile_s']:.1f} |"
+                    if "compile_s" in r
+                    else f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
                     f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} | |"
                 )
-            print("\n".join(lines[-len(rows):]), flush=True)
+            print("\n".join(lines[-len(rows) :]), flush=True)
     print("\n" + "\n".join(lines))
     return 0
 

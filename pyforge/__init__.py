@@ -1,9 +1,9 @@
 """pyforge: an ONNX inference compiler written in Python.
 
-    >>> import pyforge
-    >>> model = pyforge.compile("resnet50.onnx")       # cuda when a GPU is usable, else cpu
-    >>> y = model.predict(x)                            # numpy in, numpy out
-    >>> model.save("resnet50.plan"); pyforge.load("resnet50.plan").predict(x)
+>>> import pyforge
+>>> model = pyforge.compile("resnet50.onnx")       # cuda when a GPU is usable, else cpu
+>>> y = model.predict(x)                            # numpy in, numpy out
+>>> model.save("resnet50.plan"); pyforge.load("resnet50.plan").predict(x)
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import numpy as np
 from . import errors
 from .exec.plan import ExecutionPlan, normalise_feeds
 
-__all__ = ["compile", "load", "CompiledModel", "errors", "default_target"]
+__all__ = ["CompiledModel", "compile", "default_target", "errors", "load"]
 __version__ = "0.1.0"
 
 
 def default_target() -> str:
-    """"cuda" when a real CUDA GPU is usable, else "cpu"."""
+    """ "cuda" when a real CUDA GPU is usable, else "cpu"."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return "cpu"
     try:
         from numba import cuda
 
         return "cuda" if cuda.is_available() else "cpu"
-    except Exception:  # no driver, no numba-cuda: the cpu target always works
+    except Exception:  # noqa: BLE001  (no driver, no numba-cuda: the cpu target always works)
         return "cpu"
 
 
@@ -57,7 +57,9 @@ class CompiledModel:
         self.stats["target"] = target
         self.stats["launches"] = self.runtime.launches  # kernels + GEMM calls per inference
         self.stats["bind_seconds"] = time.perf_counter() - t0
-        self.stats["compile_seconds"] = self.stats.get("compile_seconds_frontend", 0.0) + self.stats["bind_seconds"]
+        self.stats["compile_seconds"] = (
+            self.stats.get("compile_seconds_frontend", 0.0) + self.stats["bind_seconds"]
+        )
 
     @property
     def input_names(self) -> list[str]:

@@ -1,6 +1,6 @@
 """The main job: build (if needed) and compile ResNet-50, check it against ONNX Runtime, time it.
 
-    python -m pyforge [--model resnet50|mlp|ew|PATH.onnx] [--target cpu|cuda] [--runs N]
+python -m pyforge [--model resnet50|mlp|ew|PATH.onnx] [--target cpu|cuda] [--runs N]
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     from pyforge.models import MODELS, cached_model, random_inputs
 
     ap = argparse.ArgumentParser(prog="python -m pyforge", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="resnet50", help="mlp, ew, resnet50 or a path to an .onnx file")
-    ap.add_argument("--target", choices=["cpu", "cuda"], default=None, help="default: cuda if usable")
+    ap.add_argument(
+        "--model", default="resnet50", help="mlp, ew, resnet50 or a path to an .onnx file"
+    )
+    ap.add_argument(
+        "--target", choices=["cpu", "cuda"], default=None, help="default: cuda if usable"
+    )
     ap.add_argument("--runs", type=int, default=20, help="timed runs after warm-up")
     ap.add_argument("--no-fusion", action="store_true")
     args = ap.parse_args(argv)
@@ -29,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     path = args.model if os.path.exists(args.model) else None
     if path is None:
         if args.model not in MODELS:
-            print(f"error: {args.model!r} is neither a file nor one of {sorted(MODELS)}", file=sys.stderr)
+            print(
+                f"error: {args.model!r} is neither a file nor one of {sorted(MODELS)}",
+                file=sys.stderr,
+            )
             return 2
         t0 = time.perf_counter()
         path = cached_model(args.model)
@@ -45,10 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     s = model.stats
     print(f"target    {model.target}")
-    print(f"compiled  {s['ops_in']} ONNX ops -> {s['ops_out']} nodes, {s['launches']} launches "
-          f"per inference; {first:.1f} s to first result (kernel compilation included)")
-    print(f"arena     {s['arena_bytes'] / 2**20:.2f} MiB (one buffer per tensor: "
-          f"{s['naive_bytes'] / 2**20:.2f} MiB; liveness bound {s['lower_bound_bytes'] / 2**20:.2f} MiB)")
+    print(
+        f"compiled  {s['ops_in']} ONNX ops -> {s['ops_out']} nodes, {s['launches']} launches "
+        f"per inference; {first:.1f} s to first result (kernel compilation included)"
+    )
+    print(
+        f"arena     {s['arena_bytes'] / 2**20:.2f} MiB (one buffer per tensor: "
+        f"{s['naive_bytes'] / 2**20:.2f} MiB; liveness bound {s['lower_bound_bytes'] / 2**20:.2f} MiB)"
+    )
     ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
     outs = y if isinstance(y, dict) else {model.output_names[0]: y}
     ok = True
@@ -56,14 +67,18 @@ def main(argv: list[str] | None = None) -> int:
         err = float(np.max(np.abs(outs[name].astype(np.float64) - r)))
         good = np.allclose(outs[name], r, rtol=1e-4, atol=1e-5)
         ok &= good
-        print(f"parity    {name}: max abs error vs ONNX Runtime {err:.3g} ({'ok' if good else 'MISMATCH'})")
+        print(
+            f"parity    {name}: max abs error vs ONNX Runtime {err:.3g} ({'ok' if good else 'MISMATCH'})"
+        )
     times = []
     for _ in range(args.runs):
         t0 = time.perf_counter()
         model.predict(feeds)
         times.append(time.perf_counter() - t0)
-    print(f"latency   median {np.median(times) * 1e3:.2f} ms over {args.runs} runs "
-          f"(p90 {np.percentile(times, 90) * 1e3:.2f} ms)")
+    print(
+        f"latency   median {np.median(times) * 1e3:.2f} ms over {args.runs} runs "
+        f"(p90 {np.percentile(times, 90) * 1e3:.2f} ms)"
+    )
     return 0 if ok else 1
 
 

@@ -12,7 +12,8 @@ from .exec.plan import ExecutionPlan, Slot
 from .frontend import import_onnx, load_model
 from .lower_numba.emit import KernelCall
 from .lower_numba.lower import GemmCall, Program, lower_graph
-from .opt import canonicalize, fusion, layout, simplify  # noqa: F401  (register passes)
+from .opt import canonicalize, fusion, simplify  # noqa: F401  (register passes)
+from .opt import layout as _layout  # noqa: F401  (registers nhwc_layout)
 from .opt.memory_plan import Buffer, check_no_overlap, plan_memory
 from .opt.passes import PassManager
 
@@ -40,7 +41,11 @@ def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
 def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str, Any]:
     kernels[k.key] = {"cpu": k.source_cpu, "cuda": k.source_cuda}
     return {
-        "kind": "kernel", "kernel": k.key, "n": k.n, "inner": k.inner, "label": k.label,
+        "kind": "kernel",
+        "kernel": k.key,
+        "n": k.n,
+        "inner": k.inner,
+        "label": k.label,
         "args": [list(a) for a in k.args],
     }
 
@@ -76,7 +81,12 @@ def build_plan(prog: Program) -> ExecutionPlan:
         touch(name, len(prog.steps))
 
     buffers = [
-        Buffer(n, max(prog.tensors[n].dtype.itemsize * int(np.prod(prog.tensors[n].shape)), 1), first[n], last[n])
+        Buffer(
+            n,
+            max(prog.tensors[n].dtype.itemsize * int(np.prod(prog.tensors[n].shape)), 1),
+            first[n],
+            last[n],
+        )
         for n in first
     ]
     inplace = []
@@ -111,14 +121,21 @@ def build_plan(prog: Program) -> ExecutionPlan:
         else:
             steps.append(_kernel_step(step, kernels))
     plan = ExecutionPlan(
-        mem.arena_bytes, slots, steps, kernels, list(prog.inputs), list(prog.outputs),
+        mem.arena_bytes,
+        slots,
+        steps,
+        kernels,
+        list(prog.inputs),
+        list(prog.outputs),
         np.frombuffer(bytes(weights), np.uint8).copy(),
     )
     plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
     gemms = [s for s in steps if s["kind"] == "gemm"]
     plan.stats.update(
         steps=len(steps),
-        kernels=len(steps) - len(gemms) + sum(bool(g["prologue"]) + bool(g["epilogue"]) for g in gemms),
+        kernels=len(steps)
+        - len(gemms)
+        + sum(bool(g["prologue"]) + bool(g["epilogue"]) for g in gemms),
         gemms=len(gemms),
         arena_bytes=mem.arena_bytes,
         naive_bytes=mem.naive_bytes,
@@ -162,4 +179,3 @@ def compile_to_plan(
         "step_labels": [s.get("label") or s["kind"] for s in plan.steps],
     }
     return plan, details
-

@@ -14,7 +14,11 @@ class UnsupportedOperatorError(PyforgeError):
 
     def __init__(self, op: str, node: str, opset: int | None = None, detail: str = ""):
         self.op, self.node, self.opset = op, node, opset
-        where = f"op {op!r} (opset {opset}) at node {node!r}" if opset else f"op {op!r} at node {node!r}"
+        where = (
+            f"op {op!r} (opset {opset}) at node {node!r}"
+            if opset
+            else f"op {op!r} at node {node!r}"
+        )
         super().__init__(f"unsupported {where}" + (f": {detail}" if detail else ""))
 
 

@@ -11,8 +11,6 @@ import argparse
 import collections
 import time
 
-import numpy as np
-
 import pyforge
 from pyforge.exec.cuda_graph import CudaGraph
 from pyforge.models import cached_model, random_inputs
@@ -43,9 +41,17 @@ def main() -> None:
         us = (time.perf_counter() - t0) / args.reps * 1e6
         kind = step["kind"]
         if kind == "gemm":
-            kind = "gemm+" + "+".join(p for p in ("prologue", "epilogue") if step[p]) if (step["prologue"] or step["epilogue"]) else "gemm"
+            kind = (
+                "gemm+" + "+".join(p for p in ("prologue", "epilogue") if step[p])
+                if (step["prologue"] or step["epilogue"])
+                else "gemm"
+            )
         label = step.get("label", "")
-        shape = f"m{step['m']} n{step['n']} k{step['k']} b{step['batch']}" if step["kind"] == "gemm" else f"n={step['n']}"
+        shape = (
+            f"m{step['m']} n{step['n']} k{step['k']} b{step['batch']}"
+            if step["kind"] == "gemm"
+            else f"n={step['n']}"
+        )
         rows.append((us, kind, label, shape))
         g.close()
     total = collections.Counter()
@@ -56,7 +62,9 @@ def main() -> None:
         rt.graph.replay()
     rt.stream.synchronize()
     whole = (time.perf_counter() - t0) / args.reps * 1e6
-    print(f"whole graph replay: {whole:.1f} us; sum of steps alone: {sum(r[0] for r in rows):.1f} us")
+    print(
+        f"whole graph replay: {whole:.1f} us; sum of steps alone: {sum(r[0] for r in rows):.1f} us"
+    )
     for kind, us in total.most_common():
         print(f"  {kind:28s} {us:8.1f} us")
     print("slowest steps:")

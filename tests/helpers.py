@@ -49,7 +49,9 @@ def make_model(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx
     from onnx import helper
 
     def vi(name, dtype, shape):
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape
+        )
 
     graph = helper.make_graph(
         list(nodes), "test", [vi(*i) for i in inputs], [vi(*o) for o in outputs], list(initializers)

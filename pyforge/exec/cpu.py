@@ -10,10 +10,10 @@ from collections.abc import Callable
 # before the first parallel kernel starts the OpenMP pool.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ..lower_numba.cache import load_kernel  # noqa: E402
-from .plan import ExecutionPlan  # noqa: E402
+from ..lower_numba.cache import load_kernel
+from .plan import ExecutionPlan
 
 
 def flat_views(

@@ -45,8 +45,10 @@ class CudaRuntime:
         library_epilogues: bool = True,
     ):
         if precision not in ("fp32", "tf32"):
-            raise ValueError(f"precision={precision!r}: the cuda target runs 'fp32' or 'tf32' GEMMs "
-                             "(fp16 needs fp16 activations, not implemented yet)")
+            raise ValueError(
+                f"precision={precision!r}: the cuda target runs 'fp32' or 'tf32' GEMMs "
+                "(fp16 needs fp16 activations, not implemented yet)"
+            )
         self.plan = plan
         self.library_epilogues = library_epilogues
         self.launches = 0
@@ -85,7 +87,9 @@ class CudaRuntime:
             self.stream.synchronize()
 
     # -- binding -------------------------------------------------------------------------------
-    def _kernel(self, key: str, source: str, n: int, args: list, inner: int = 0) -> Callable[[], None]:
+    def _kernel(
+        self, key: str, source: str, n: int, args: list, inner: int = 0
+    ) -> Callable[[], None]:
         fn, path = load_kernel(source, "cuda", self.capability)
         self.kernel_paths[key] = path
         bound = tuple(self.views[v] if kind == "t" else int(v) for kind, v in args)
@@ -183,7 +187,9 @@ class CudaRuntime:
         if self.graph is not None:
             return self._run_graph(feeds)
         for name, arr in feeds.items():
-            self.views[name].copy_to_device(np.ascontiguousarray(arr).reshape(-1), stream=self.stream)
+            self.views[name].copy_to_device(
+                np.ascontiguousarray(arr).reshape(-1), stream=self.stream
+            )
         self._launch_all()
         for name in self.plan.outputs:
             self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
@@ -196,8 +202,11 @@ class CudaRuntime:
 
         if self._staging is None:
             self._staging = {
-                n: (cuda.pinned_array(self.plan.slots[n].shape, np.dtype(self.plan.slots[n].dtype)),
-                    _pointer(self.views[n]), self.plan.slots[n].nbytes)
+                n: (
+                    cuda.pinned_array(self.plan.slots[n].shape, np.dtype(self.plan.slots[n].dtype)),
+                    _pointer(self.views[n]),
+                    self.plan.slots[n].nbytes,
+                )
                 for n in self.plan.inputs
             }
             self._outs = [

@@ -46,7 +46,9 @@ def bn_fold(graph: Graph) -> Graph:
         shape = (1, -1) + (1,) * (len(x.shape) - 2)
         mid = Value(graph.fresh_name(node.name + "_scaled"), x.shape, x.dtype)
         mul = Node("Mul", [x, graph.constant(k.reshape(shape))], [mid], {}, node.name + "/mul", 14)
-        add = Node("Add", [mid, graph.constant(shift.reshape(shape))], node.outputs, {}, node.name, 14)
+        add = Node(
+            "Add", [mid, graph.constant(shift.reshape(shape))], node.outputs, {}, node.name, 14
+        )
         mid.producer, node.outputs[0].producer = mul, add
         kept += [mul, add]
     graph.nodes = kept
@@ -63,7 +65,9 @@ def split_bias(graph: Graph) -> Graph:
             if node.inputs[2].const is None:
                 continue  # a run-time bias stays inside the Conv node
             rank = len(node.outputs[0].shape)
-            bias_b = graph.constant(node.inputs[2].const.reshape((1, -1) + (1,) * (rank - 2)), "bias")
+            bias_b = graph.constant(
+                node.inputs[2].const.reshape((1, -1) + (1,) * (rank - 2)), "bias"
+            )
         elif node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
             c = node.inputs[2]
             beta = node.attrs["beta"]
@@ -89,4 +93,3 @@ def split_bias(graph: Graph) -> Graph:
         out.append(add)
     graph.nodes = out
     return graph
-

@@ -56,11 +56,10 @@ def _group_node(members: list[Node], graph_outputs: set[int], users: dict[int, l
 
 def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
     users = graph.consumers()
-    graph_outputs = {id(v) for v in graph.outputs}
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
     groups: list[list[Node]] = []
-    group_of: dict[int, int] = {}  # id(Value) -> group index, for values produced in a group
+    group_of: dict[int, int] = {}  # id(Value) -> index of the group that produces it
     first_pos: list[int] = []
-    # position of the earliest outside reader of each group's values, to keep the schedule valid
     for pos, node in enumerate(graph.nodes):
         if node.op in VIEW_OPS:
             continue
@@ -69,7 +68,7 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
             shape = node.outputs[0].shape
             for v in node.inputs:
                 gi = group_of.get(id(v)) if v is not None else None
-                if gi is None or gi in (target,):
+                if gi is None:
                     continue
                 g = groups[gi]
                 anchor = g[0] if g[0].op not in ELEMENTWISE else None
@@ -79,7 +78,7 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
                     continue
                 if anchor is not None and len(users.get(id(v), [])) > 1:
                     continue  # an anchor's epilogue is a chain: a shared value ends it
-                if _read_in_between(graph, g, first_pos[gi], pos, users):
+                if _read_in_between(g, first_pos[gi], pos, users, position):
                     continue
                 target = gi
                 break
@@ -94,13 +93,14 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
     return groups
 
 
-def _read_in_between(graph: Graph, group: list[Node], start: int, end: int, users) -> bool:
-    """True if a node outside ``group`` placed in (start, end) reads a value the group makes."""
+def _read_in_between(group: list[Node], start: int, end: int, users, position) -> bool:
+    """True if a node outside ``group`` placed in (start, end) reads a value the group makes:
+    the group runs at its last member's place, so such a reader would run too early."""
     members = {id(m) for m in group}
     for m in group:
         for o in m.outputs:
             for u in users.get(id(o), []):
-                if id(u) not in members and start < graph.nodes.index(u) < end:
+                if id(u) not in members and start < position[id(u)] < end:
                     return True
     return False
 

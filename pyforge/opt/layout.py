@@ -15,8 +15,13 @@ from .fusion import ELEMENTWISE
 from .passes import register_pass
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-NHWC_OPS = {"Conv": "ConvNHWC", "MaxPool": "MaxPoolNHWC", "AveragePool": "AveragePoolNHWC",
-            "GlobalAveragePool": "GlobalAveragePoolNHWC", "GlobalMaxPool": "GlobalMaxPoolNHWC"}
+NHWC_OPS = {
+    "Conv": "ConvNHWC",
+    "MaxPool": "MaxPoolNHWC",
+    "AveragePool": "AveragePoolNHWC",
+    "GlobalAveragePool": "GlobalAveragePoolNHWC",
+    "GlobalMaxPool": "GlobalMaxPoolNHWC",
+}
 
 
 def _nhwc_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -63,7 +68,13 @@ def nhwc_layout(graph: Graph) -> Graph:
     for node in graph.nodes:
         x = node.inputs[0] if node.inputs else None
         rank4 = x is not None and len(x.shape) == 4
-        if node.op == "Conv" and rank4 and node.attrs.get("group", 1) == 1 and node.inputs[1].const is not None and len(node.inputs) == 2:
+        if (
+            node.op == "Conv"
+            and rank4
+            and node.attrs.get("group", 1) == 1
+            and node.inputs[1].const is not None
+            and len(node.inputs) == 2
+        ):
             w = node.inputs[1]
             w_nhwc = graph.constant(np.ascontiguousarray(w.const.transpose(TO_NHWC)), "w_nhwc")
             y = node.outputs[0]
@@ -80,7 +91,9 @@ def nhwc_layout(graph: Graph) -> Graph:
         if node.op in ELEMENTWISE and len(node.outputs[0].shape) == 4:
             live = [v for v in node.inputs if v is not None and v.const is None]
             if live and all(id(v) in twin for v in live):
-                ins = [twin[id(v)] if v.const is None else _const_nhwc(graph, v) for v in node.inputs]
+                ins = [
+                    twin[id(v)] if v.const is None else _const_nhwc(graph, v) for v in node.inputs
+                ]
                 if all(v is not None for v in ins):
                     y = node.outputs[0]
                     y_t = Value(graph.fresh_name(y.name + "_nhwc"), _nhwc_shape(y.shape), y.dtype)
@@ -97,7 +110,9 @@ def nhwc_layout(graph: Graph) -> Graph:
     return graph
 
 
-def _node(op: str, inputs: list[Value], output: Value, attrs: dict, name: str, opset: int = 0) -> Node:
+def _node(
+    op: str, inputs: list[Value], output: Value, attrs: dict, name: str, opset: int = 0
+) -> Node:
     node = Node(op, inputs, [output], attrs, name, opset)
     output.producer = node
     return node

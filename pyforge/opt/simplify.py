@@ -19,7 +19,9 @@ def const_fold(graph: Graph) -> Graph:
         if live and evaluate and all(v.const is not None for v in live):
             results = evaluate(node, [None if v is None else v.const for v in node.inputs])
             for out, arr in zip(node.outputs, results):
-                out.const = np.ascontiguousarray(np.asarray(arr, dtype=out.dtype).reshape(out.shape))
+                out.const = np.ascontiguousarray(
+                    np.asarray(arr, dtype=out.dtype).reshape(out.shape)
+                )
                 out.producer = None
             continue
         kept.append(node)
@@ -48,7 +50,9 @@ def drop_identity(graph: Graph) -> Graph:
     for node in graph.nodes:
         x = node.inputs[0] if node.inputs else None
         same = x is not None and node.outputs[0].shape == x.shape
-        forwardable = node.op == "Identity" or (node.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") and same)
+        forwardable = node.op == "Identity" or (
+            node.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") and same
+        )
         if forwardable and id(node.outputs[0]) not in outputs:
             graph.replace_uses(node.outputs[0], x)
             continue

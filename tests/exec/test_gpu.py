@@ -14,7 +14,9 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("name", ["mlp", "ew", "resnet50"])
 def test_model_matches_ort_on_cuda(name, graph):
     model = cached_model(name) if name == "resnet50" else MODELS[name](batch=2)
-    compiled, err = check_against_ort(model, random_inputs(model, seed=11), target="cuda", graph=graph)
+    compiled, _ = check_against_ort(
+        model, random_inputs(model, seed=11), target="cuda", graph=graph
+    )
     assert compiled.target == "cuda"
 
 
@@ -38,7 +40,9 @@ def test_saved_plan_runs_on_cuda(tmp_path):
     x = random_inputs(model, seed=3)
     compiled = pyforge.compile(model, target="cuda")
     compiled.save(tmp_path / "plan")
-    np.testing.assert_allclose(pyforge.load(tmp_path / "plan", target="cuda").predict(x), compiled.predict(x), rtol=1e-6)
+    np.testing.assert_allclose(
+        pyforge.load(tmp_path / "plan", target="cuda").predict(x), compiled.predict(x), rtol=1e-6
+    )
 
 
 def test_no_device_allocation_after_first_predict():
@@ -60,5 +64,7 @@ def test_no_device_allocation_after_first_predict():
 
 def test_tf32_error_is_stated():
     path = cached_model("resnet50")
-    compiled, err = check_against_ort(path, random_inputs(path, seed=6), target="cuda", precision="tf32", rtol=5e-2, atol=5e-2)
+    _, err = check_against_ort(
+        path, random_inputs(path, seed=6), target="cuda", precision="tf32", rtol=5e-2, atol=5e-2
+    )
     print(f"tf32 max abs error vs ORT fp32: {err:.3g}")

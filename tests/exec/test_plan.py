@@ -33,11 +33,13 @@ def test_loaded_plan_runs_without_onnx(tmp_path):
 import sys, numpy as np
 sys.modules["onnx"] = None  # any import of onnx now fails
 import pyforge
-y = pyforge.load({str(tmp_path / 'plan')!r}, target="cpu").predict(np.load({str(tmp_path / 'x.npy')!r}))
-np.testing.assert_array_equal(y, np.load({str(tmp_path / 'want.npy')!r}))
+y = pyforge.load({str(tmp_path / "plan")!r}, target="cpu").predict(np.load({str(tmp_path / "x.npy")!r}))
+np.testing.assert_array_equal(y, np.load({str(tmp_path / "want.npy")!r}))
 assert "onnx" not in [m for m in sys.modules if sys.modules[m] is not None and m == "onnx"]
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"

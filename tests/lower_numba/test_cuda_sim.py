@@ -25,7 +25,11 @@ def test_simulator_suite():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        env=env, capture_output=True, text=True, timeout=1500,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     print(proc.stdout[-3000:], proc.stderr[-2000:])
@@ -35,28 +39,51 @@ def test_simulator_suite():
 
 def _conv(attrs, cin=2, cout=3, size=5):
     g = attrs.get("group", 1)
-    return one_op("Conv", [rand(1, cin, size, size)], None, attrs,
-                  consts=[rand(cout, cin // g, *attrs["kernel_shape"]), rand(cout)])
+    return one_op(
+        "Conv",
+        [rand(1, cin, size, size)],
+        None,
+        attrs,
+        consts=[rand(cout, cin // g, *attrs["kernel_shape"]), rand(cout)],
+    )
 
 
 CASES = {
     "conv3x3_im2col_gemm_epilogue": lambda: _conv(dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
     "conv1x1_gemm": lambda: _conv(dict(kernel_shape=[1, 1])),
     "conv_grouped_direct": lambda: _conv(dict(kernel_shape=[3, 3], group=2), cin=2, cout=2),
-    "maxpool": lambda: one_op("MaxPool", [rand(1, 2, 5, 5)], None, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
-    "avgpool_incl_pad": lambda: one_op("AveragePool", [rand(1, 2, 5, 5)], None, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "maxpool": lambda: one_op(
+        "MaxPool",
+        [rand(1, 2, 5, 5)],
+        None,
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ),
+    "avgpool_incl_pad": lambda: one_op(
+        "AveragePool",
+        [rand(1, 2, 5, 5)],
+        None,
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    ),
     "global_avgpool": lambda: one_op("GlobalAveragePool", [rand(2, 3, 4, 4)], None),
     "transpose": lambda: one_op("Transpose", [rand(2, 3, 4)], None, dict(perm=[2, 0, 1])),
     "concat": lambda: one_op("Concat", [rand(2, 3), rand(2, 2)], None, dict(axis=1)),
     "softmax": lambda: one_op("Softmax", [rand(3, 7)], [3, 7], dict(axis=-1)),
-    "gemm_trans_alpha": lambda: one_op("Gemm", [rand(4, 3)], [3, 5], dict(transA=1, transB=1, alpha=0.5), consts=[rand(5, 4), rand(5)]),
+    "gemm_trans_alpha": lambda: one_op(
+        "Gemm",
+        [rand(4, 3)],
+        [3, 5],
+        dict(transA=1, transB=1, alpha=0.5),
+        consts=[rand(5, 4), rand(5)],
+    ),
     "matmul_batched": lambda: one_op("MatMul", [rand(2, 3, 4), rand(2, 4, 5)], None),
     "broadcast_chain": lambda: (
         make_model(
-            [helper.make_node("Mul", ["x", "s"], ["a"], name="mul"),
-             helper.make_node("Sigmoid", ["a"], ["b"], name="sig"),
-             helper.make_node("Tanh", ["a"], ["c"], name="tanh"),
-             helper.make_node("Add", ["b", "c"], ["y"], name="add")],
+            [
+                helper.make_node("Mul", ["x", "s"], ["a"], name="mul"),
+                helper.make_node("Sigmoid", ["a"], ["b"], name="sig"),
+                helper.make_node("Tanh", ["a"], ["c"], name="tanh"),
+                helper.make_node("Add", ["b", "c"], ["y"], name="add"),
+            ],
             [("x", np.float32, [2, 3, 4]), ("s", np.float32, [3, 1])],
             [("y", np.float32, [2, 3, 4])],
         ),

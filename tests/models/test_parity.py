@@ -17,7 +17,7 @@ def test_small_models_match_ort(name, fusion):
 @pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
 def test_resnet50_matches_ort(fusion):
     path = cached_model("resnet50")
-    compiled, err = check_against_ort(path, random_inputs(path, seed=1), fusion=fusion)
+    compiled, _ = check_against_ort(path, random_inputs(path, seed=1), fusion=fusion)
     assert compiled.stats["launches"] > 0
 
 

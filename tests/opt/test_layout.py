@@ -14,8 +14,13 @@ def test_conv_nhwc(case):
     attrs = CONV_CASES[case]
     g = attrs.get("group", 1)
     cout = 4 if g == 4 else 6
-    model, feeds = one_op("Conv", [rand(2, 4, 9, 9)], None, attrs,
-                          consts=[rand(cout, 4 // g, *attrs["kernel_shape"]), rand(cout)])
+    model, feeds = one_op(
+        "Conv",
+        [rand(2, 4, 9, 9)],
+        None,
+        attrs,
+        consts=[rand(cout, 4 // g, *attrs["kernel_shape"]), rand(cout)],
+    )
     check_against_ort(model, feeds, layout="nhwc")
 
 
@@ -45,7 +50,11 @@ def test_residual_block_nhwc_keeps_nchw_consumers():
         [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
     )
     compiled, _ = check_against_ort(model, {"x": rand(1, 3, 8, 8)}, layout="nhwc")
-    assert any(n.op == "ConvNHWC" for g in compiled.details["graph"].nodes for n in g.attrs.get("members", []))
+    assert any(
+        n.op == "ConvNHWC"
+        for g in compiled.details["graph"].nodes
+        for n in g.attrs.get("members", [])
+    )
 
 
 @pytest.mark.parametrize("fusion", [True, False])

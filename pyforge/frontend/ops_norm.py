@@ -1,11 +1,12 @@
-"""Row normalizations: LayerNormalization (with its Mean and InvStdDev outputs), RMSNormalization."""
+"""Normalizations: LayerNormalization (with its Mean and InvStdDev outputs), RMSNormalization,
+GroupNormalization, InstanceNormalization and LRN."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import Node
-from .registry import norm_axis, register
+from .registry import bad_attr, fail, norm_axis, register, same_as_input
 
 
 def _norm_normalize(node: Node) -> None:
@@ -48,3 +49,72 @@ def _norm_infer(node: Node):
 
 register("LayerNormalization", _norm_eval, _norm_infer, _norm_normalize, split_outputs=True)
 register("RMSNormalization", _norm_eval, _norm_infer, _norm_normalize)
+
+
+# -- channel normalizations: GroupNormalization, InstanceNormalization (groups = channels), LRN --
+
+
+def _group_normalize(node: Node) -> None:
+    x = node.inputs[0]
+    if len(x.shape) < 3:
+        bad_attr(node, f"input rank {len(x.shape)} < 3")
+    c = x.shape[1]
+    groups = c if node.op == "InstanceNormalization" else int(node.attr("num_groups"))
+    if groups <= 0 or c % groups:
+        bad_attr(node, f"{c} channels do not split into {groups} groups")
+    # opset 18 GroupNormalization scales per group; from opset 21 (and Instance-) per channel
+    per_group = node.op == "GroupNormalization" and node.opset < 21
+    if node.op == "GroupNormalization" and int(node.attr("stash_type", 1)) != 1:
+        fail(node, "stash_type other than float32")
+    node.attrs = {
+        "groups": groups,
+        "epsilon": float(node.attr("epsilon", 1e-5)),
+        "per_group": int(per_group),
+    }
+
+
+def _group_eval(node: Node, xs):
+    x, scale, bias = xs
+    n, c, g = x.shape[0], x.shape[1], node.attrs["groups"]
+    xg = x.astype(np.float32).reshape(n, g, -1)
+    mean = xg.mean(axis=2, keepdims=True)
+    var = ((xg - mean) ** 2).mean(axis=2, keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + node.attrs["epsilon"])).reshape(x.shape)
+    if node.attrs["per_group"]:
+        scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype)]
+
+
+register("GroupNormalization", _group_eval, same_as_input(), _group_normalize)
+register("InstanceNormalization", _group_eval, same_as_input(), _group_normalize)
+
+
+def _lrn_normalize(node: Node) -> None:
+    if len(node.inputs[0].shape) < 2:
+        bad_attr(node, "LRN input rank < 2")
+    size = int(node.attr("size"))
+    if size <= 0:
+        bad_attr(node, f"size={size}")
+    node.attrs = {
+        "size": size,
+        "alpha": float(node.attr("alpha", 1e-4)),
+        "beta": float(node.attr("beta", 0.75)),
+        "bias": float(node.attr("bias", 1.0)),
+    }
+
+
+def _lrn_eval(node: Node, xs):
+    x = xs[0]
+    a = node.attrs
+    c, size = x.shape[1], a["size"]
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = x.astype(np.float32) ** 2
+    total = np.zeros_like(sq)
+    for ch in range(c):
+        total[:, ch] = sq[:, max(0, ch - lo) : min(c, ch + hi + 1)].sum(axis=1)
+    y = x / (a["bias"] + a["alpha"] / size * total) ** a["beta"]
+    return [y.astype(x.dtype)]
+
+
+register("LRN", _lrn_eval, same_as_input(), _lrn_normalize)

@@ -1,4 +1,4 @@
-"""Row normalizations: each output element recomputes its row's statistics (one loop each)."""
+"""Normalizations: each output element recomputes its row's or window's statistics (a loop each)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,61 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
 
 ELEMENT_TEMPLATES["LayerNormalization"] = norm_element
 ELEMENT_TEMPLATES["RMSNormalization"] = norm_element
+
+
+def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """Group and instance norm: the statistics of the element's (n, group) slab, then affine."""
+    x, scale, bias = node.inputs
+    t = type_name(x.dtype)
+    c, groups = x.shape[1], node.attrs["groups"]
+    spatial = int(np.prod(x.shape[2:]))
+    src = kb.tensor(x.name)
+    L, CG = kb.int_param(c // groups * spatial, "L"), kb.int_param(c // groups, "CG")
+    C = kb.int_param(c, "C")
+    base, j, s, m, inv, y = (kb.tmp(p) for p in ("gb", "j", "ssq", "mu", "rstd", "y"))
+    kb.emit(f"{base} = (({coords[0]} * {C} + {coords[1]}) // {CG}) * {L}")
+    kb.emit(f"{m} = {lit(0, 'f32')}")
+    kb.emit(f"for {j} in range({L}):")
+    kb.emit(f"{m} += {src}[{base} + {j}]", 1)
+    kb.emit(f"{m} = {m} / f32({L})")
+    kb.emit(f"{s} = {lit(0, 'f32')}")
+    kb.emit(f"for {j} in range({L}):")
+    kb.emit(f"{s} += ({src}[{base} + {j}] - {m}) * ({src}[{base} + {j}] - {m})", 1)
+    eps = lit(node.attrs["epsilon"], "f32")
+    kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {eps})")
+    off = kb.offset(contiguous_strides(x.shape), coords)
+    ch = f"({coords[1]} // {CG})" if node.attrs["per_group"] else coords[1]
+    kb.emit(
+        f"{y} = {t}(({src}[{off}] - {m}) * {inv}) * {kb.tensor(scale.name)}[{ch}]"
+        f" + {kb.tensor(bias.name)}[{ch}]"
+    )
+    return y
+
+
+def lrn_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """x / (bias + alpha / size * sum of x^2 over the channel window) ^ beta."""
+    x = node.inputs[0]
+    a = node.attrs
+    t = type_name(x.dtype)
+    size = a["size"]
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    src = kb.tensor(x.name)
+    C, S = kb.int_param(x.shape[1], "C"), kb.int_param(int(np.prod(x.shape[2:])), "S")
+    sp = kb.offset(contiguous_strides(x.shape[2:]), coords[2:])
+    n, c = coords[0], coords[1]
+    base, acc, k, v, y = (kb.tmp(p) for p in ("lb", "acc", "k", "v", "y"))
+    kb.emit(f"{base} = {n} * {C} * {S} + {sp}")
+    kb.emit(f"{acc} = {lit(0, 'f32')}")
+    lo_p, hi_p = kb.int_param(lo, "lo"), kb.int_param(hi + 1, "hi")
+    kb.emit(f"for {k} in range(max({c} - {lo_p}, 0), min({c} + {hi_p}, {C})):")
+    kb.emit(f"{v} = f32({src}[{base} + {k} * {S}])", 1)
+    kb.emit(f"{acc} += {v} * {v}", 1)
+    coef = lit(a["alpha"] / size, "f32")
+    d = f"math.pow({lit(a['bias'], 'f32')} + {coef} * {acc}, {lit(a['beta'], 'f32')})"
+    kb.emit(f"{y} = {t}({src}[{base} + {c} * {S}] / {d})")
+    return y
+
+
+ELEMENT_TEMPLATES["GroupNormalization"] = group_norm_element
+ELEMENT_TEMPLATES["InstanceNormalization"] = group_norm_element
+ELEMENT_TEMPLATES["LRN"] = lrn_element

@@ -231,3 +231,4 @@ ROW_TEMPLATES: dict[str, Callable[[Node, KernelBuilder], int]] = {
 from . import templates_reduce  # noqa: E402, F401
 from . import templates_index  # noqa: E402, F401
 from . import templates_norm  # noqa: E402, F401
+from . import templates_resize  # noqa: E402, F401

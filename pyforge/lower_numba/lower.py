@@ -311,4 +311,20 @@ def _lower_graph(graph: Graph) -> Program:
             raise UnsupportedOperatorError(node.op, node.name, node.opset, "not lowered")
     for v in graph.outputs:
         prog.outputs.append(prog.add(v))
+    _refuse_float16(prog)
     return prog
+
+
+def _refuse_float16(prog: Program) -> None:
+    """Numba has no float16 on cpu (and cuda fp16 is not implemented): refuse now, not at run."""
+    for step in prog.steps:
+        calls = [step] if isinstance(step, KernelCall) else [step.prologue, step.epilogue]
+        for call in calls:
+            if call is None:
+                continue
+            for kind, name in call.args:
+                if kind == "t" and prog.tensors[name].dtype == np.float16:
+                    op, _, where = call.label.partition(" ")
+                    raise UnsupportedOperatorError(
+                        op, where, None, f"float16 tensor {name!r}: no float16 kernels"
+                    )

@@ -57,6 +57,14 @@ class CudaRuntime:
         self.use_graph = graph and not SIMULATED
         self.stream = cuda.stream()
         self.arena = cuda.device_array(max(plan.arena_bytes, 1), np.uint8)
+        # the graph is captured at bind time by running it once, before any input exists: zeroed
+        # memory keeps data-dependent indexing (Gather, OneHot...) in bounds during that run
+        if SIMULATED:
+            self.arena.copy_to_device(np.zeros(self.arena.size, np.uint8), stream=self.stream)
+        else:
+            from numba.cuda.cudadrv.driver import device_memset
+
+            device_memset(self.arena, 0, self.arena.size, stream=self.stream)
         host_w = plan.weights if plan.weights.size else np.zeros(1, np.uint8)
         self.weights = cuda.to_device(host_w, stream=self.stream)
         self.views = {}

@@ -282,3 +282,83 @@ def _softmax_eval(node: Node, xs):
 
 register("Softmax", _softmax_eval, same_as_input(), _softmax_normalize)
 register("LogSoftmax", _softmax_eval, same_as_input(), _softmax_normalize)
+
+# -- LpPool and ConvTranspose -------------------------------------------------------------------
+
+
+def _lppool_normalize(node: Node) -> None:
+    _pool_normalize(node)
+    node.attrs["p"] = int(node.attr("p", 2))
+
+
+def _lppool_eval(node: Node, xs):
+    x = xs[0]
+    nd = x.ndim - 2
+    s = (np.abs(_patches(node, x, 0.0)) ** node.attrs["p"]).sum(axis=tuple(range(-nd, 0)))
+    return [(s ** (1.0 / node.attrs["p"])).astype(x.dtype)]
+
+
+register("LpPool", _lppool_eval, _pool_infer, _lppool_normalize)
+
+
+def _convt_normalize(node: Node) -> None:
+    x, w = node.inputs[0], node.inputs[1]
+    nd = len(x.shape) - 2
+    if nd not in (1, 2):
+        fail(node, f"{nd}-d transposed convolution")
+    g = int(node.attr("group", 1))
+    kernel = list(node.attr("kernel_shape") or w.shape[2:])
+    strides = list(node.attr("strides") or [1] * nd)
+    dil = list(node.attr("dilations") or [1] * nd)
+    out_pad = list(node.attr("output_padding") or [0] * nd)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    pads = node.attr("pads")
+    out_shape = node.attr("output_shape")
+    span = [(kernel[i] - 1) * dil[i] + 1 for i in range(nd)]
+    full = [strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + span[i] for i in range(nd)]
+    if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = list(out_shape or [x.shape[2 + i] * strides[i] for i in range(nd)])
+        total = [full[i] - out_shape[i] for i in range(nd)]
+        small = [t // 2 for t in total]
+        big = [t - t // 2 for t in total]
+        pads = small + big if auto_pad == "SAME_UPPER" else big + small
+    else:
+        pads = list(pads or [0] * (2 * nd))
+        if out_shape is None:
+            out_shape = [full[i] - pads[i] - pads[i + nd] for i in range(nd)]
+    if x.shape[1] != w.shape[0] or x.shape[1] % g:
+        raise ShapeError(node.op, node.name, f"input channels {x.shape[1]} vs weight {w.shape}")
+    node.attrs = {
+        "kernel_shape": kernel, "strides": strides, "dilations": dil,
+        "pads": pads, "group": g, "out_shape": list(out_shape),
+    }
+
+
+def _convt_infer(node: Node):
+    x, w = node.inputs[0], node.inputs[1]
+    co = w.shape[1] * node.attrs["group"]
+    return [((x.shape[0], co, *node.attrs["out_shape"]), x.dtype)]
+
+
+def _convt_eval(node: Node, xs):
+    x, w = xs[0], xs[1]
+    a = node.attrs
+    nd, g = x.ndim - 2, a["group"]
+    cig, cog = x.shape[1] // g, w.shape[1]
+    out = a["out_shape"]
+    y = np.zeros((x.shape[0], cog * g, *out), np.float64)
+    for pos in np.ndindex(*x.shape[2:]):
+        for kpos in np.ndindex(*w.shape[2:]):
+            o = [pos[i] * a["strides"][i] + kpos[i] * a["dilations"][i] - a["pads"][i] for i in range(nd)]
+            if all(0 <= o[i] < out[i] for i in range(nd)):
+                for gi in range(g):
+                    xs_g = x[(slice(None), slice(gi * cig, (gi + 1) * cig), *pos)]
+                    wk = w[(slice(gi * cig, (gi + 1) * cig), slice(None), *kpos)]
+                    y[(slice(None), slice(gi * cog, (gi + 1) * cog), *o)] += xs_g @ wk
+    if len(xs) > 2 and xs[2] is not None:
+        y = y + xs[2].reshape(1, -1, *[1] * nd)
+    return [y.astype(x.dtype)]
+
+
+register("ConvTranspose", _convt_eval, _convt_infer, _convt_normalize)

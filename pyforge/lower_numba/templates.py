@@ -68,9 +68,13 @@ def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         kb.emit(f"{iw} = {iw0} + {kx} * {DW}", 3)
         kb.emit(f"if {iw} >= 0 and {iw} < {W}:", 3)
         v = f"{src}[{base} + {ih} * {W} + {iw}]"
+        if node.op == "LpPool":
+            v = f"math.pow(abs({v}), {lit(node.attrs['p'], t)})"
         kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 4)
         kb.emit(f"{cnt} += 1", 4)
-    if not is_max:
+    if node.op == "LpPool":
+        kb.emit(f"{acc} = math.pow({acc}, {lit(1 / node.attrs['p'], t)})")
+    elif not is_max:
         kb.emit(f"{acc} = {acc} / {t}(max({cnt}, 1))")
     return acc
 
@@ -163,7 +167,46 @@ def direct_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str
     return acc
 
 
+def conv_transpose_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """One output of a transposed conv: every (input channel, tap) whose stride lands on it."""
+    x, w = node.inputs[0], node.inputs[1]
+    t = type_name(x.dtype)
+    xs, ws = kb.tensor(x.name), kb.tensor(w.name)
+    h, wd = _spatial2d(x.shape)
+    k, s, d, p = (list(node.attrs[a]) for a in ("kernel_shape", "strides", "dilations", "pads"))
+    if len(k) == 1:
+        k, s, d, p = [1] + k, [1] + s, [1] + d, [0, p[0], 0, p[1]]
+    n, co, oh, ow = _nc_oh_ow(coords)
+    cig, cog = x.shape[1] // node.attrs["group"], w.shape[1]
+    H, W, C = kb.int_param(h, "H"), kb.int_param(wd, "W"), kb.int_param(x.shape[1], "C")
+    CG, OG = kb.int_param(cig, "CG"), kb.int_param(cog, "OG")
+    KH, KW = kb.int_param(k[0], "KH"), kb.int_param(k[1], "KW")
+    SH, SW = kb.int_param(s[0], "s"), kb.int_param(s[1], "s")
+    names = ("acc", "ci", "ky", "kx", "th", "tw", "g", "col")
+    acc, ci, ky, kx, th, tw, c0, oc = (kb.tmp(q) for q in names)
+    kb.emit(f"{acc} = {lit(0, t)}")
+    kb.emit(f"{c0} = ({co} // {OG}) * {CG}")
+    kb.emit(f"{oc} = {co} % {OG}")
+    kb.emit(f"for {ci} in range({CG}):")
+    kb.emit(f"for {ky} in range({KH}):", 1)
+    kb.emit(f"{th} = {oh} + {kb.int_param(p[0], 'p')} - {ky} * {kb.int_param(d[0], 'd')}", 2)
+    kb.emit(f"if {th} >= 0 and {th} % {SH} == 0 and {th} // {SH} < {H}:", 2)
+    kb.emit(f"for {kx} in range({KW}):", 3)
+    kb.emit(f"{tw} = {ow} + {kb.int_param(p[1], 'p')} - {kx} * {kb.int_param(d[1], 'd')}", 4)
+    kb.emit(f"if {tw} >= 0 and {tw} % {SW} == 0 and {tw} // {SW} < {W}:", 4)
+    kb.emit(
+        f"{acc} += {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {th} // {SH}) * {W} + {tw} // {SW}]"
+        f" * {ws}[((({c0} + {ci}) * {OG} + {oc}) * {KH} + {ky}) * {KW} + {kx}]",
+        5,
+    )
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        kb.emit(f"{acc} += {kb.tensor(node.inputs[2].name)}[{co}]")
+    return acc
+
+
 ELEMENT_TEMPLATES: dict[str, Callable[[Node, KernelBuilder, list[str]], str]] = {
+    "LpPool": pool_element,
+    "ConvTranspose": conv_transpose_element,
     "MaxPool": pool_element,
     "AveragePool": pool_element,
     "GlobalAveragePool": global_pool_element,

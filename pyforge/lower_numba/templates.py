@@ -275,3 +275,4 @@ from . import templates_reduce  # noqa: E402, F401
 from . import templates_index  # noqa: E402, F401
 from . import templates_norm  # noqa: E402, F401
 from . import templates_resize  # noqa: E402, F401
+from . import templates_einsum  # noqa: E402, F401

@@ -225,11 +225,13 @@ class CudaRuntime:
         h = self._handle
         for name, arr in feeds.items():
             host, dptr, nbytes = self._staging[name]
-            np.copyto(host, arr)
-            drv.cuMemcpyHtoDAsync(dptr, host.ctypes.data, nbytes, h)
+            if nbytes:  # an empty tensor has no buffer to copy (its pointer is null)
+                np.copyto(host, arr)
+                drv.cuMemcpyHtoDAsync(dptr, host.ctypes.data, nbytes, h)
         self.graph.replay()
         for _, host, dptr, nbytes in self._outs:
-            drv.cuMemcpyDtoHAsync(host.ctypes.data, dptr, nbytes, h)
+            if nbytes:
+                drv.cuMemcpyDtoHAsync(host.ctypes.data, dptr, nbytes, h)
         err = drv.cuStreamSynchronize(h)[0]
         if err != drv.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"CUDA error after predict: {err}")

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from . import ops_einsum, ops_elementwise, ops_index, ops_nn, ops_norm, ops_reduce  # noqa: F401
-from . import ops_resize, ops_shape  # noqa: F401
+from . import ops_gathernd, ops_resize, ops_shape  # noqa: F401
 from .registry import OPS, infer_node
 
 # Ops never folded even with constant inputs (none yet; kept for ops with side effects later).

@@ -240,3 +240,27 @@ ELEMENT_TEMPLATES.update(
         "Hardmax": hardmax_element,
     }
 )
+
+
+def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """The index tuple at the element's leading coordinates, then the trailing slice offset."""
+    data, ind = node.inputs
+    b, r = node.attrs["batch_dims"], ind.shape[-1]
+    q = len(ind.shape) - 1  # output dims that walk the index tuples
+    row = kb.offset(contiguous_strides(ind.shape[:-1]), coords[:q])
+    strides = contiguous_strides(data.shape)
+    off, v = kb.tmp("go"), kb.tmp("g")
+    kb.emit(f"{off} = {kb.offset(strides[:b], coords[:b])}")
+    kb.emit(f"{off} += {kb.offset(strides[b + r :], coords[q:])}")
+    src = kb.tensor(ind.name)
+    for j in range(r):
+        k, dim = kb.tmp("gk"), kb.int_param(data.shape[b + j], "D")
+        kb.emit(f"{k} = {src}[({row}) * {kb.int_param(r, 'R')} + {j}]")
+        kb.emit(f"if {k} < 0:")
+        kb.emit(f"{k} += {dim}", 1)
+        kb.emit(f"{off} += {k} * {kb.int_param(strides[b + j], 's')}")
+    kb.emit(f"{v} = {kb.tensor(data.name)}[{off}]")
+    return v
+
+
+ELEMENT_TEMPLATES["GatherND"] = gathernd_element

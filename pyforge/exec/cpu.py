@@ -88,7 +88,7 @@ class CpuRuntime:
                 parts = [self._kernel(step["prologue"])] if step["prologue"] else []
                 parts.append(_bind_gemm(step, self.views))
                 parts += [self._kernel(step["epilogue"])] if step["epilogue"] else []
-                self.calls.append(parts[0] if len(parts) == 1 else _sequence(parts))
+                self.calls.append(parts[0] if len(parts) == 1 else sequence(parts))
                 self.launches += len(parts)
             else:
                 self.calls.append(self._kernel(step))
@@ -115,7 +115,9 @@ def _kernel_call(fn, n, args) -> Callable[[], None]:
     return lambda: fn(n, *args)
 
 
-def _sequence(parts: list[Callable[[], None]]) -> Callable[[], None]:
+def sequence(parts: list[Callable[[], None]]) -> Callable[[], None]:
+    """One callable running ``parts`` in order (a GEMM step's prologue, GEMM, epilogue)."""
+
     def run() -> None:
         for part in parts:
             part()

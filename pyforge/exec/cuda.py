@@ -15,6 +15,7 @@ from numba import cuda
 
 from ..lower_numba.cache import load_kernel
 from ..lower_numba.gemm_kernel import gemm_kernel
+from .cpu import sequence
 from .plan import ExecutionPlan
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -128,7 +129,7 @@ class CudaRuntime:
             self.launches += 1
         if step["epilogue"] and not epilogue_done:
             parts.append(self._bind(step["epilogue"]))
-        return parts[0] if len(parts) == 1 else _sequence(parts)
+        return parts[0] if len(parts) == 1 else sequence(parts)
 
     def _lt_gemm(self, g: dict) -> tuple[Callable[[], None], bool]:
         """A cuBLASLt call; with the epilogue folded in when cuBLASLt can express it."""
@@ -236,14 +237,6 @@ class CudaRuntime:
         if err != drv.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"CUDA error after predict: {err}")
         return {name: host.copy() for name, host, _, _ in self._outs}
-
-
-def _sequence(parts: list[Callable[[], None]]) -> Callable[[], None]:
-    def run() -> None:
-        for part in parts:
-            part()
-
-    return run
 
 
 def _gemm_backend() -> str:

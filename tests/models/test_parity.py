@@ -21,10 +21,11 @@ def test_resnet50_matches_ort(fusion):
     assert compiled.stats["launches"] > 0
 
 
-def test_fusion_does_not_change_results():
+@pytest.mark.parametrize("name", ["mlp", "ew", "resnet50"])
+def test_fusion_does_not_change_results(name):
     import pyforge
 
-    model = MODELS["ew"](batch=1)
+    model = cached_model(name)
     x = random_inputs(model, seed=5)
     fused = pyforge.compile(model, target="cpu").predict(x)
     unfused = pyforge.compile(model, target="cpu", fusion=False).predict(x)

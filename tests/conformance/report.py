@@ -52,6 +52,17 @@ REFUSED = [
         "refused by compile(); the backend specialises the model on their values instead",
     ),
     ("MaxPool Indices output, storage_order=1, 3-d pools", "no kernel yet; refused at import"),
+    ("3-d LpPool, 3-d ConvTranspose", "no kernel yet; refused at import"),
+    ("float16 tensors in kernels", "Numba has no cpu float16 (cuda fp16 not implemented)"),
+]
+# failing on purpose: (case, why), reported as known so nobody chases them again
+KNOWN_FAILURES = [
+    (
+        "test_squeezenet",
+        "not an op bug: every intermediate matches ONNX Runtime within 1e-6 relative, but the "
+        "final Softmax input is ~1e10 in magnitude, so fp32 rounding differences are amplified "
+        "by the softmax (ORT's output is exactly uniform)",
+    ),
 ]
 
 
@@ -107,6 +118,8 @@ def write_report(all_cases: list[Case], results: dict[str, str], seconds: float)
         lines.append(f"| {fam} | {p} | {t} |")
     lines += ["", "## Refused on purpose", "", "| what | why |", "|---|---|"]
     lines += [f"| {what} | {why} |" for what, why in REFUSED]
+    lines += ["", "## Known failures", "", "| case | why |", "|---|---|"]
+    lines += [f"| {name} | {why} |" for name, why in KNOWN_FAILURES]
     lines += ["", "## Most common failure reasons", "", "| cases | reason |", "|---:|---|"]
     lines += [f"| {n} | `{r}` |" for r, n in reasons.most_common(40)]
     return "\n".join(lines) + "\n"

@@ -15,8 +15,17 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
-from . import ops_einsum, ops_elementwise, ops_index, ops_nn, ops_norm, ops_reduce  # noqa: F401
-from . import ops_gathernd, ops_resize, ops_shape  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401
+    ops_einsum,
+    ops_elementwise,
+    ops_gathernd,
+    ops_index,
+    ops_nn,
+    ops_norm,
+    ops_reduce,
+    ops_resize,
+    ops_shape,
+)
 from .registry import OPS, infer_node
 
 # Ops never folded even with constant inputs (none yet; kept for ops with side effects later).
@@ -34,8 +43,14 @@ def onnx_dtype(elem_type: int) -> np.dtype:
     except (KeyError, TypeError, ValueError):
         dtype = None
     if dtype not in _DTYPES:
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
-        raise UnsupportedOperatorError("(tensor type)", "-", None, f"element type {name}: not a numpy dtype or not a tensor")
+        name = (
+            onnx.TensorProto.DataType.Name(elem_type)
+            if elem_type in onnx.TensorProto.DataType.values()
+            else elem_type
+        )
+        raise UnsupportedOperatorError(
+            "(tensor type)", "-", None, f"element type {name}: not a numpy dtype or not a tensor"
+        )
     return dtype
 
 
@@ -47,7 +62,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.Model
         proto = onnx.ModelProto()
         try:
             proto.ParseFromString(model)
-        except Exception as e:  # protobuf raises DecodeError subclasses of Exception
+        except Exception as e:  # noqa: BLE001  (protobuf raises assorted DecodeErrors)
             raise ModelLoadError(f"bytes given are not an ONNX model: {e}") from None
         return proto
     path = os.fspath(model)
@@ -55,8 +70,10 @@ def load_model(model: str | os.PathLike | onnx.ModelProto | bytes) -> onnx.Model
         raise ModelLoadError(f"model file not found: {path}")
     try:
         proto = onnx.load(path)
-    except Exception as e:
-        raise ModelLoadError(f"{path} is not a readable ONNX model ({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001  (any failure to parse is the same user error)
+        raise ModelLoadError(
+            f"{path} is not a readable ONNX model ({type(e).__name__}: {e})"
+        ) from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{path} holds no ONNX graph (empty, truncated or not ONNX)")
     return proto
@@ -170,13 +187,20 @@ def import_onnx(
             values[out_name] = v
             outs.append(v)
         if n_out > len(inferred) and any(onode.output[len(inferred) :]):
-            used = set(n for other in g.node for n in other.input) | {o.name for o in g.output}
+            used = {n for other in g.node for n in other.input} | {o.name for o in g.output}
             if any(o in used for o in onode.output[len(inferred) :] if o):
                 raise UnsupportedOperatorError(node.op, name, opset, "its optional extra outputs")
         node.outputs = outs
         if opdef.split_outputs and len(outs) > 1:
             for k, out in enumerate(outs):
-                part = Node(node.op, list(node.inputs), [out], dict(node.attrs, output=k), f"{name}:{k}", opset)
+                part = Node(
+                    node.op,
+                    list(node.inputs),
+                    [out],
+                    dict(node.attrs, output=k),
+                    f"{name}:{k}",
+                    opset,
+                )
                 graph.add_node(part)
             continue
         graph.add_node(node)
@@ -188,4 +212,3 @@ def import_onnx(
         graph.outputs.append(v)
     graph.verify()
     return graph
-

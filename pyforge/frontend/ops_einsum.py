@@ -41,7 +41,9 @@ def _einsum_normalize(node: Node) -> None:
         out = rhs.replace("...", ell)
     else:
         letters = "".join(subs)
-        out = ell + "".join(sorted(c for c in set(letters) if c.islower() and letters.count(c) == 1))
+        out = ell + "".join(
+            sorted(c for c in set(letters) if c.islower() and letters.count(c) == 1)
+        )
     if any(c not in dims for c in out):
         fail(node, f"output letters of {eq!r} not in any operand")
     node.attrs = {"inputs": subs, "output": out, "dims": dims}

@@ -55,15 +55,20 @@ UNARY = {
     "Not": lambda n, x: np.logical_not(x),
     "BitwiseNot": lambda n, x: np.invert(x),
     "IsNaN": lambda n, x: np.isnan(x),
-    "IsInf": lambda n, x: (np.isposinf(x) & bool(n.attr("detect_positive", 1)))
-    | (np.isneginf(x) & bool(n.attr("detect_negative", 1))),
+    "IsInf": lambda n, x: (
+        (np.isposinf(x) & bool(n.attr("detect_positive", 1)))
+        | (np.isneginf(x) & bool(n.attr("detect_negative", 1)))
+    ),
     "Softplus": lambda n, x: np.logaddexp(0, x),
     "Softsign": lambda n, x: x / (1 + np.abs(x)),
     "Elu": lambda n, x: np.where(x >= 0, x, n.attr("alpha", 1.0) * np.expm1(x)),
-    "Selu": lambda n, x: n.attr("gamma", 1.0507009873554805)
-    * np.where(x > 0, x, n.attr("alpha", 1.6732632423543772) * np.expm1(x)),
-    "Celu": lambda n, x: np.maximum(x, 0)
-    + np.minimum(0, n.attr("alpha", 1.0) * np.expm1(x / n.attr("alpha", 1.0))),
+    "Selu": lambda n, x: (
+        n.attr("gamma", 1.0507009873554805)
+        * np.where(x > 0, x, n.attr("alpha", 1.6732632423543772) * np.expm1(x))
+    ),
+    "Celu": lambda n, x: (
+        np.maximum(x, 0) + np.minimum(0, n.attr("alpha", 1.0) * np.expm1(x / n.attr("alpha", 1.0)))
+    ),
     "Mish": lambda n, x: x * np.tanh(np.logaddexp(0, x)),
     "ThresholdedRelu": lambda n, x: np.where(x > n.attr("alpha", 1.0), x, 0),
     "Shrink": lambda n, x: np.where(

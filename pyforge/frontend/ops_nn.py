@@ -57,7 +57,10 @@ def _patches(node: Node, x: np.ndarray, pad_value: float) -> np.ndarray:
     k, s, d, p = (node.attrs[a] for a in ("kernel_shape", "strides", "dilations", "pads"))
     nd = len(k)
     out = window_out_shape(node, x.shape[2:])
-    extra = [max(0, (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - x.shape[2 + i] - p[i]) for i in range(nd)]
+    extra = [
+        max(0, (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - x.shape[2 + i] - p[i])
+        for i in range(nd)
+    ]
     widths = [(0, 0), (0, 0)] + [(p[i], max(p[i + nd], extra[i])) for i in range(nd)]
     xp = np.pad(x, widths, constant_values=pad_value)
     win = np.lib.stride_tricks.sliding_window_view(
@@ -144,7 +147,9 @@ def _avgpool_eval(node: Node, xs):
     if node.attrs["count_include_pad"]:
         # explicit pads count, the ceil-mode overhang past them does not
         p = node.attrs["pads"]
-        ones = np.pad(ones, [(0, 0), (0, 0)] + [(p[i], p[i + nd]) for i in range(nd)], constant_values=1)
+        ones = np.pad(
+            ones, [(0, 0), (0, 0)] + [(p[i], p[i + nd]) for i in range(nd)], constant_values=1
+        )
         node = Node(node.op, [], [], dict(node.attrs, pads=[0] * (2 * nd)), node.name)
     cnt = _patches(node, ones, 0.0).sum(axis=axes)
     return [(s / cnt).astype(x.dtype)]
@@ -243,7 +248,9 @@ def _matmul_infer(node: Node):
     try:
         batch = np.broadcast_shapes(ra[:-2], rb[:-2])
     except ValueError:
-        raise ShapeError(node.op, node.name, f"batch dims of {sa} and {sb} do not broadcast") from None
+        raise ShapeError(
+            node.op, node.name, f"batch dims of {sa} and {sb} do not broadcast"
+        ) from None
     out = tuple(batch) + (ra[-2], rb[-1])
     if len(sa) == 1:
         out = out[:-2] + out[-1:]
@@ -330,8 +337,12 @@ def _convt_normalize(node: Node) -> None:
     if x.shape[1] != w.shape[0] or x.shape[1] % g:
         raise ShapeError(node.op, node.name, f"input channels {x.shape[1]} vs weight {w.shape}")
     node.attrs = {
-        "kernel_shape": kernel, "strides": strides, "dilations": dil,
-        "pads": pads, "group": g, "out_shape": list(out_shape),
+        "kernel_shape": kernel,
+        "strides": strides,
+        "dilations": dil,
+        "pads": pads,
+        "group": g,
+        "out_shape": list(out_shape),
     }
 
 
@@ -350,7 +361,10 @@ def _convt_eval(node: Node, xs):
     y = np.zeros((x.shape[0], cog * g, *out), np.float64)
     for pos in np.ndindex(*x.shape[2:]):
         for kpos in np.ndindex(*w.shape[2:]):
-            o = [pos[i] * a["strides"][i] + kpos[i] * a["dilations"][i] - a["pads"][i] for i in range(nd)]
+            o = [
+                pos[i] * a["strides"][i] + kpos[i] * a["dilations"][i] - a["pads"][i]
+                for i in range(nd)
+            ]
             if all(0 <= o[i] < out[i] for i in range(nd)):
                 for gi in range(g):
                     xs_g = x[(slice(None), slice(gi * cig, (gi + 1) * cig), *pos)]

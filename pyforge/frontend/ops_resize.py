@@ -130,7 +130,9 @@ def _config(node: Node) -> dict:
     legacy = node.op == "Upsample" or node.opset < 11
     cfg = {
         "mode": _text(node, "mode", "nearest"),
-        "coord": "asymmetric" if legacy else _text(node, "coordinate_transformation_mode", "half_pixel"),
+        "coord": "asymmetric"
+        if legacy
+        else _text(node, "coordinate_transformation_mode", "half_pixel"),
         "nearest": "legacy" if legacy else _text(node, "nearest_mode", "round_prefer_floor"),
         "cubic_a": float(node.attr("cubic_coeff_a", -0.75)),
         "exclude_outside": int(node.attr("exclude_outside", 0)),
@@ -255,5 +257,7 @@ def _resize_infer(node: Node):
     return [(tuple(node.attrs["out_shape"]), x.dtype)]
 
 
-register("Resize", _resize_eval, _resize_infer, _resize_normalize, min_opset=10, const_inputs=(1, 2, 3))
+register(
+    "Resize", _resize_eval, _resize_infer, _resize_normalize, min_opset=10, const_inputs=(1, 2, 3)
+)
 register("Upsample", _resize_eval, _resize_infer, _resize_normalize, const_inputs=(1,))

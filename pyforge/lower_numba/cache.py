@@ -15,15 +15,16 @@ _LOADED: dict[str, Callable] = {}
 
 
 def cache_root() -> str:
-    root = os.environ.get("PYFORGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pyforge")
+    root = os.environ.get("PYFORGE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "pyforge"
+    )
     return root
 
 
 def kernel_path(source: str, target: str, capability: str = "") -> str:
     """The file a kernel source lives in: keyed by source, target, numba version, device."""
-    digest = hashlib.sha1(
-        "\0".join((source, target, numba.__version__, capability)).encode()
-    ).hexdigest()[:20]
+    key = f"{source}\0{target}\0{numba.__version__}\0{capability}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:20]
     return os.path.join(cache_root(), "kernels", target, f"k_{digest}.py")
 
 

@@ -250,8 +250,12 @@ class KernelBuilder:
             loops += f"{pad}i = o * {self.inner} + {j}\n"
             outer = "\n".join("        " + ln for ln in self.outer_lines)
             cpu = _CPU_ROWS.format(
-                params=params, parallel=parallel, inner=self.inner, loops=loops,
-                body=self._body(0, pad), outer=outer,
+                params=params,
+                parallel=parallel,
+                inner=self.inner,
+                loops=loops,
+                body=self._body(0, pad),
+                outer=outer,
             )
             cuda = _CUDA_ROWS.format(
                 params=params, body=self._body(1, "            "), inner=self.inner, outer=outer

@@ -132,7 +132,9 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             c = node.inputs[2]
             if tuple(c.shape) != (m, n):
-                raise UnsupportedOperatorError(node.op, node.name, node.opset, "run-time C needing broadcast")
+                raise UnsupportedOperatorError(
+                    node.op, node.name, node.opset, "run-time C needing broadcast"
+                )
             call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
         return call
     if node.op == "MatMul":
@@ -150,15 +152,32 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
         elif tuple(sa[:-2]) == tuple(sb[:-2]):
             stride_a = m * k
         else:
-            raise UnsupportedOperatorError(node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}")
-        return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, n, n, batch=batch,
-                        stride_a=stride_a, stride_b=k * n, stride_d=m * n)
+            raise UnsupportedOperatorError(
+                node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}"
+            )
+        return GemmCall(
+            prog.add(a),
+            prog.add(b),
+            d,
+            m,
+            n,
+            k,
+            k,
+            n,
+            n,
+            batch=batch,
+            stride_a=stride_a,
+            stride_b=k * n,
+            stride_d=m * n,
+        )
     if node.op == "ConvNHWC":
         return _conv_nhwc(node, prog, d)
     # dense Conv: W[Co, K] @ col[n][K, P] for every image n
     x, y = a, node.outputs[0]
     if len(x.shape) not in (3, 4):
-        raise UnsupportedOperatorError(node.op, node.name, node.opset, f"{len(x.shape) - 2}-d convolution")
+        raise UnsupportedOperatorError(
+            node.op, node.name, node.opset, f"{len(x.shape) - 2}-d convolution"
+        )
     co, kk = b.shape[0], int(np.prod(b.shape[1:]))
     p = int(np.prod(y.shape[2:]))
     prologue = None
@@ -172,8 +191,23 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
         im2col(node, kb, (x.shape[0], kk, p))
         prologue = kb.build(x.shape[0] * kk * p)
         prologue.writes = [src]
-    return GemmCall(prog.add(b), src, d, co, p, kk, kk, p, p, batch=x.shape[0], stride_a=0,
-                    stride_b=kk * p, stride_d=co * p, label=f"Conv {node.name}", prologue=prologue)
+    return GemmCall(
+        prog.add(b),
+        src,
+        d,
+        co,
+        p,
+        kk,
+        kk,
+        p,
+        p,
+        batch=x.shape[0],
+        stride_a=0,
+        stride_b=kk * p,
+        stride_d=co * p,
+        label=f"Conv {node.name}",
+        prologue=prologue,
+    )
 
 
 def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
@@ -186,21 +220,48 @@ def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
     pointwise = kh == kw == 1 and not any(node.attrs["pads"])
     label = f"Conv {node.name}"
     if pointwise and sh == sw == 1:  # the activation is already the [P, C] matrix
-        return GemmCall(prog.add(x), prog.add(w), d, n_ * oh * ow, co, c, c, c, co, trans_b=True,
-                        label=label)
+        return GemmCall(
+            prog.add(x), prog.add(w), d, n_ * oh * ow, co, c, c, c, co, trans_b=True, label=label
+        )
     # stride s: every s-th pixel of every s-th row, no copy; but one small GEMM per output row
     # loses to gather + one GEMM once rows are short (measured on the H200: 33 us at ow=7)
     if pointwise and h == oh * sh and ow >= 28:
-        return GemmCall(prog.add(x), prog.add(w), d, ow, co, c, sw * c, c, co, trans_b=True,
-                        batch=n_ * oh, stride_a=sh * wd * c, stride_b=0, stride_d=ow * co,
-                        label=label)
+        return GemmCall(
+            prog.add(x),
+            prog.add(w),
+            d,
+            ow,
+            co,
+            c,
+            sw * c,
+            c,
+            co,
+            trans_b=True,
+            batch=n_ * oh,
+            stride_a=sh * wd * c,
+            stride_b=0,
+            stride_d=ow * co,
+            label=label,
+        )
     col = prog.temp(f"{y.name}::col", (n_ * oh * ow, kk), x.dtype)
     kb = KernelBuilder(f"im2col {node.name}")
     size = im2col_nhwc(node, kb)
     prologue = kb.build(size)
     prologue.writes = [col]
-    return GemmCall(col, prog.add(w), d, n_ * oh * ow, co, kk, kk, kk, co, trans_b=True,
-                    label=label, prologue=prologue)
+    return GemmCall(
+        col,
+        prog.add(w),
+        d,
+        n_ * oh * ow,
+        co,
+        kk,
+        kk,
+        kk,
+        co,
+        trans_b=True,
+        label=label,
+        prologue=prologue,
+    )
 
 
 def _library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict | None:
@@ -224,13 +285,26 @@ def _library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict 
         if want_m or want_n:
             pat.update(bias=prog.add(v), bias_axis="m" if want_m else "n")
             cur = rest.pop(0).outputs[0]
-    if rest and rest[0].op == "Add" and (v := other(rest[0])) is not None:
-        if v.const is None and v.shape == out.shape and v.dtype == out.dtype:
-            pat["residual"] = prog.add(v)
-            cur = rest.pop(0).outputs[0]
-    if rest and rest[0].op in ("Relu", "Gelu") and rest[0].inputs[0] is cur:
-        if rest[0].op == "Relu" or rest[0].attr("approximate", "none") == "tanh":
-            pat["act"] = rest.pop(0).op.lower()
+    if (
+        rest
+        and rest[0].op == "Add"
+        and (v := other(rest[0])) is not None
+        and v.const is None
+        and v.shape == out.shape
+        and v.dtype == out.dtype
+    ):
+        pat["residual"] = prog.add(v)
+        cur = rest.pop(0).outputs[0]
+    # cuBLASLt's GELU epilogue is the tanh approximation, so only that Gelu maps onto it
+    if (
+        rest
+        and rest[0].inputs[0] is cur
+        and (
+            rest[0].op == "Relu"
+            or (rest[0].op == "Gelu" and rest[0].attr("approximate", "none") == "tanh")
+        )
+    ):
+        pat["act"] = rest.pop(0).op.lower()
     return None if rest else pat
 
 
@@ -257,8 +331,11 @@ def _lower_group(node: Node, prog: Program) -> None:
     ew = _Elementwise(kb, prog, shape)
     if gemm:
         a_out = anchor.outputs[0]
-        in_place = len(epilogue) > 0 and a_out not in outs and len(outs) == 1 and (
-            outs[0].shape == a_out.shape and outs[0].dtype == a_out.dtype
+        in_place = (
+            len(epilogue) > 0
+            and a_out not in outs
+            and len(outs) == 1
+            and (outs[0].shape == a_out.shape and outs[0].dtype == a_out.dtype)
         )
         d = prog.add(outs[0]) if in_place else prog.add(a_out)
         gemm_call = _gemm_for(anchor, prog, d)
@@ -272,7 +349,9 @@ def _lower_group(node: Node, prog: Program) -> None:
             kb.emit(f"{ew.env[id(a_out)]} = {kb.tensor(d)}[i]")
     elif anchor is not None:
         if anchor.op not in ELEMENT_TEMPLATES:
-            raise UnsupportedOperatorError(anchor.op, anchor.name, anchor.opset, "no kernel template")
+            raise UnsupportedOperatorError(
+                anchor.op, anchor.name, anchor.opset, "no kernel template"
+            )
         coords = kb.coords(anchor.outputs[0].shape)
         ew = _Elementwise(kb, prog, shape, coords)
         ew.env[id(anchor.outputs[0])] = ELEMENT_TEMPLATES[anchor.op](anchor, kb, coords)

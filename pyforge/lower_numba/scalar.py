@@ -138,7 +138,9 @@ def _round(n: Node, a: list[str], t: str) -> str:
 
 def _isinf(n: Node, a: list[str], t: str) -> str:
     pos, neg = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
-    return f"(math.isinf({a[0]}) and (({a[0]} > 0 and {bool(pos)}) or ({a[0]} < 0 and {bool(neg)})))"
+    return (
+        f"(math.isinf({a[0]}) and (({a[0]} > 0 and {bool(pos)}) or ({a[0]} < 0 and {bool(neg)})))"
+    )
 
 
 def _elu_like(scale: float, alpha: float):

@@ -34,16 +34,24 @@ def _nc_oh_ow(coords: list[str]) -> tuple[str, str, str, str]:
 
 def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
-    t = type_name(x.dtype)
-    src = kb.tensor(x.name)
     c_, h, w = x.shape[1], *_spatial2d(x.shape)
-    (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
     n, c, oh, ow = _nc_oh_ow(coords)
     H, W, C = kb.int_param(h, "H"), kb.int_param(w, "W"), kb.int_param(c_, "C")
-    base, acc, cnt = kb.tmp("b"), kb.tmp("acc"), kb.tmp("cnt")
-    ih0, iw0, ih, iw = kb.tmp("h"), kb.tmp("w"), kb.tmp("ih"), kb.tmp("iw")
-    is_max = node.op == "MaxPool"
+    base = kb.tmp("b")
     kb.emit(f"{base} = ({n} * {C} + {c}) * {H} * {W}")
+    return window_pool(node, kb, oh, ow, H, W, lambda ih, iw: f"{base} + {ih} * {W} + {iw}")
+
+
+def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str, addr) -> str:
+    """Max / average / Lp over one 2-d window; ``addr(ih, iw)`` indexes the input in any layout."""
+    x = node.inputs[0]
+    t = type_name(x.dtype)
+    src = kb.tensor(x.name)
+    op = node.op.removesuffix("NHWC")
+    (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
+    acc, cnt = kb.tmp("acc"), kb.tmp("cnt")
+    ih0, iw0, ih, iw = kb.tmp("h"), kb.tmp("w"), kb.tmp("ih"), kb.tmp("iw")
+    is_max = op == "MaxPool"
     kb.emit(f"{ih0} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')}")
     kb.emit(f"{iw0} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')}")
     kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
@@ -53,7 +61,7 @@ def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     ky, kx = kb.tmp("ky"), kb.tmp("kx")
     kb.emit(f"for {ky} in range({KH}):")
     kb.emit(f"{ih} = {ih0} + {ky} * {DH}", 1)
-    if node.op == "AveragePool" and node.attrs["count_include_pad"]:
+    if op == "AveragePool" and node.attrs["count_include_pad"]:
         # padded positions count, the ceil-mode overhang past the explicit pads does not
         PB, PR = kb.int_param(pads[2], "p"), kb.int_param(pads[3], "p")
         kb.emit(f"for {kx} in range({KW}):", 1)
@@ -61,18 +69,18 @@ def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         kb.emit(f"if {ih} < {H} + {PB} and {iw} < {W} + {PR}:", 2)
         kb.emit(f"{cnt} += 1", 3)
         kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:", 3)
-        kb.emit(f"{acc} += {src}[{base} + {ih} * {W} + {iw}]", 4)
+        kb.emit(f"{acc} += {src}[{addr(ih, iw)}]", 4)
     else:
         kb.emit(f"if {ih} >= 0 and {ih} < {H}:", 1)
         kb.emit(f"for {kx} in range({KW}):", 2)
         kb.emit(f"{iw} = {iw0} + {kx} * {DW}", 3)
         kb.emit(f"if {iw} >= 0 and {iw} < {W}:", 3)
-        v = f"{src}[{base} + {ih} * {W} + {iw}]"
-        if node.op == "LpPool":
+        v = f"{src}[{addr(ih, iw)}]"
+        if op == "LpPool":
             v = f"math.pow(abs({v}), {lit(node.attrs['p'], t)})"
         kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 4)
         kb.emit(f"{cnt} += 1", 4)
-    if node.op == "LpPool":
+    if op == "LpPool":
         kb.emit(f"{acc} = math.pow({acc}, {lit(1 / node.attrs['p'], t)})")
     elif not is_max:
         kb.emit(f"{acc} = {acc} / {t}(max({cnt}, 1))")
@@ -227,8 +235,12 @@ def im2col(node: Node, kb: KernelBuilder, col_shape: tuple[int, int, int]) -> No
     n, c, ky, kx, oh, ow = kb.coords((x.shape[0], x.shape[1], kh, kw, oh_, ow_))
     H, W = kb.int_param(h, "H"), kb.int_param(w, "W")
     ih, iw = kb.tmp("ih"), kb.tmp("iw")
-    kb.emit(f"{ih} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')} + {ky} * {kb.int_param(dh, 'd')}")
-    kb.emit(f"{iw} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')} + {kx} * {kb.int_param(dw, 'd')}")
+    kb.emit(
+        f"{ih} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')} + {ky} * {kb.int_param(dh, 'd')}"
+    )
+    kb.emit(
+        f"{iw} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')} + {kx} * {kb.int_param(dw, 'd')}"
+    )
     src, dst = kb.tensor(x.name), kb.tensor(f"{y.name}::col")
     C = kb.int_param(x.shape[1], "C")
     kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:")
@@ -271,8 +283,10 @@ ROW_TEMPLATES: dict[str, Callable[[Node, KernelBuilder], int]] = {
 }
 
 # op families with their own template modules register into the tables above
-from . import templates_reduce  # noqa: E402, F401
-from . import templates_index  # noqa: E402, F401
-from . import templates_norm  # noqa: E402, F401
-from . import templates_resize  # noqa: E402, F401
-from . import templates_einsum  # noqa: E402, F401
+from . import (
+    templates_einsum,  # noqa: F401
+    templates_index,  # noqa: F401
+    templates_norm,  # noqa: F401
+    templates_reduce,  # noqa: F401
+    templates_resize,  # noqa: F401
+)

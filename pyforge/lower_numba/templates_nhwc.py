@@ -7,7 +7,7 @@ import numpy as np
 from ..ir import Node
 from .emit import KernelBuilder, type_name
 from .scalar import lit
-from .templates import ELEMENT_TEMPLATES
+from .templates import ELEMENT_TEMPLATES, window_pool
 
 
 def im2col_nhwc(node: Node, kb: KernelBuilder) -> int:
@@ -21,8 +21,12 @@ def im2col_nhwc(node: Node, kb: KernelBuilder) -> int:
     n, oh, ow, ky, kx, c = kb.coords((n_, oh_, ow_, kh, kw, c_))
     H, W, C = kb.int_param(h, "H"), kb.int_param(w, "W"), kb.int_param(c_, "C")
     ih, iw = kb.tmp("ih"), kb.tmp("iw")
-    kb.emit(f"{ih} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')} + {ky} * {kb.int_param(dh, 'd')}")
-    kb.emit(f"{iw} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')} + {kx} * {kb.int_param(dw, 'd')}")
+    kb.emit(
+        f"{ih} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')} + {ky} * {kb.int_param(dh, 'd')}"
+    )
+    kb.emit(
+        f"{iw} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')} + {kx} * {kb.int_param(dw, 'd')}"
+    )
     src, dst = kb.tensor(x.name), kb.tensor(f"{y.name}::col")
     kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:")
     kb.emit(f"{dst}[i] = {src}[(({n} * {H} + {ih}) * {W} + {iw}) * {C} + {c}]", 1)
@@ -32,37 +36,12 @@ def im2col_nhwc(node: Node, kb: KernelBuilder) -> int:
 
 
 def pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
-    x = node.inputs[0]
-    t = type_name(x.dtype)
-    src = kb.tensor(x.name)
-    _, h, w, c_ = x.shape
-    (kh, kw), (sh, sw), (dh, dw) = (node.attrs[a] for a in ("kernel_shape", "strides", "dilations"))
-    pads = node.attrs["pads"]
+    _, h, w, c_ = node.inputs[0].shape
     n, oh, ow, c = coords
     H, W, C = kb.int_param(h, "H"), kb.int_param(w, "W"), kb.int_param(c_, "C")
-    acc, cnt, ih0, iw0, ih, iw, ky, kx = (kb.tmp(p) for p in ("acc", "cnt", "h", "w", "ih", "iw", "ky", "kx"))
-    is_max = node.op == "MaxPoolNHWC"
-    include_pad = node.op == "AveragePoolNHWC" and node.attrs.get("count_include_pad", 0)
-    kb.emit(f"{ih0} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')}")
-    kb.emit(f"{iw0} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')}")
-    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
-    kb.emit(f"{cnt} = 0")
-    kb.emit(f"for {ky} in range({kb.int_param(kh, 'KH')}):")
-    kb.emit(f"{ih} = {ih0} + {ky} * {kb.int_param(dh, 'DH')}", 1)
-    kb.emit(f"for {kx} in range({kb.int_param(kw, 'KW')}):", 1)
-    kb.emit(f"{iw} = {iw0} + {kx} * {kb.int_param(dw, 'DW')}", 2)
-    if include_pad:
-        PB, PR = kb.int_param(pads[2], "p"), kb.int_param(pads[3], "p")
-        kb.emit(f"if {ih} < {H} + {PB} and {iw} < {W} + {PR}:", 2)
-        kb.emit(f"{cnt} += 1", 3)
-    kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:", 2)
-    v = f"{src}[(({n} * {H} + {ih}) * {W} + {iw}) * {C} + {c}]"
-    kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 3)
-    if not include_pad:
-        kb.emit(f"{cnt} += 1", 3)
-    if not is_max:
-        kb.emit(f"{acc} = {acc} / {t}(max({cnt}, 1))")
-    return acc
+    return window_pool(
+        node, kb, oh, ow, H, W, lambda ih, iw: f"(({n} * {H} + {ih}) * {W} + {iw}) * {C} + {c}"
+    )
 
 
 def global_pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:

@@ -33,7 +33,9 @@ def resize_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
             kb.emit(f"for {tap} in range({T}):", depth)
             kb.emit(f"{pos} = {coords[a]} * {T} + {tap}", depth + 1)
             w_here = f"{kb.tensor(w.name)}[{pos}]"
-            kb.emit(f"{wv} = {w_here}" if weight is None else f"{wv} = {weight} * {w_here}", depth + 1)
+            kb.emit(
+                f"{wv} = {w_here}" if weight is None else f"{wv} = {weight} * {w_here}", depth + 1
+            )
             s = kb.int_param(strides[a], "s")
             off = f"{off} + {kb.tensor(idx.name)}[{pos}] * {s}"
             depth, weight = depth + 1, wv

@@ -59,9 +59,11 @@ REFUSED = [
 KNOWN_FAILURES = [
     (
         "test_squeezenet",
-        "not an op bug: every intermediate matches ONNX Runtime within 1e-6 relative, but the "
-        "final Softmax input is ~1e10 in magnitude, so fp32 rounding differences are amplified "
-        "by the softmax (ORT's output is exactly uniform)",
+        (
+            "not an op bug: every intermediate matches ONNX Runtime within 1e-6 relative, but the "
+            "final Softmax input is ~1e10 in magnitude, so fp32 rounding differences are amplified "
+            "by the softmax (ORT's output is exactly uniform)"
+        ),
     ),
 ]
 

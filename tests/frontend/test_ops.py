@@ -46,13 +46,19 @@ CONV_CASES = {
 def test_conv(case, fusion):
     attrs = CONV_CASES[case]
     g = attrs.get("group", 1)
-    x, w, b = rand(2, 4, 9, 9), rand(6 if g != 4 else 4, 4 // g, *attrs["kernel_shape"]), rand(6 if g != 4 else 4)
+    x, w, b = (
+        rand(2, 4, 9, 9),
+        rand(6 if g != 4 else 4, 4 // g, *attrs["kernel_shape"]),
+        rand(6 if g != 4 else 4),
+    )
     model, feeds = one_op("Conv", [x], None, attrs, consts=[w, b])
     check_against_ort(model, feeds, fusion=fusion)
 
 
 def test_conv1d():
-    model, feeds = one_op("Conv", [rand(1, 3, 16)], None, dict(kernel_shape=[3], pads=[1, 1]), consts=[rand(5, 3, 3)])
+    model, feeds = one_op(
+        "Conv", [rand(1, 3, 16)], None, dict(kernel_shape=[3], pads=[1, 1]), consts=[rand(5, 3, 3)]
+    )
     check_against_ort(model, feeds)
 
 
@@ -61,7 +67,10 @@ POOL_CASES = {
     "max_ceil": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
     "max_dilated": ("MaxPool", dict(kernel_shape=[2, 2], dilations=[2, 2])),
     "avg_pad_excl": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
-    "avg_pad_incl": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "avg_pad_incl": (
+        "AveragePool",
+        dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    ),
     "avg_ceil": ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
     "global_avg": ("GlobalAveragePool", {}),
     "global_max": ("GlobalMaxPool", {}),
@@ -113,7 +122,9 @@ def test_transpose(perm):
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_concat(axis):
-    model, feeds = one_op("Concat", [rand(2, 3, 4), rand(2, 3, 4), rand(2, 3, 4)], None, dict(axis=axis))
+    model, feeds = one_op(
+        "Concat", [rand(2, 3, 4), rand(2, 3, 4), rand(2, 3, 4)], None, dict(axis=axis)
+    )
     check_against_ort(model, feeds)
 
 
@@ -133,7 +144,14 @@ def test_gemm_runtime_c_full():
 
 @pytest.mark.parametrize(
     "sa,sb",
-    [((3, 5), (5, 4)), ((2, 3, 5), (5, 4)), ((2, 3, 5), (2, 5, 4)), ((3, 5), (2, 5, 4)), ((5,), (5, 4)), ((3, 5), (5,))],
+    [
+        ((3, 5), (5, 4)),
+        ((2, 3, 5), (5, 4)),
+        ((2, 3, 5), (2, 5, 4)),
+        ((3, 5), (2, 5, 4)),
+        ((5,), (5, 4)),
+        ((3, 5), (5,)),
+    ],
 )
 def test_matmul(sa, sb):
     model, feeds = one_op("MatMul", [rand(*sa), rand(*sb)], None)
@@ -148,8 +166,19 @@ def test_binary_broadcast(op):
 
 @pytest.mark.parametrize(
     "op,attrs",
-    [("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Exp", {}), ("Neg", {}), ("Abs", {}),
-     ("LeakyRelu", dict(alpha=0.2)), ("HardSigmoid", {}), ("HardSwish", {}), ("Erf", {}), ("Gelu", {})],
+    [
+        ("Relu", {}),
+        ("Sigmoid", {}),
+        ("Tanh", {}),
+        ("Exp", {}),
+        ("Neg", {}),
+        ("Abs", {}),
+        ("LeakyRelu", dict(alpha=0.2)),
+        ("HardSigmoid", {}),
+        ("HardSwish", {}),
+        ("Erf", {}),
+        ("Gelu", {}),
+    ],
 )
 def test_unary(op, attrs):
     opset = 20 if op == "Gelu" else 17
@@ -160,7 +189,9 @@ def test_unary(op, attrs):
 def test_batchnorm_without_conv():
     c = 3
     consts = [rand(c) + 2, rand(c), rand(c), np.abs(rand(c)) + 0.5]
-    model, feeds = one_op("BatchNormalization", [rand(2, c, 4, 4)], [2, c, 4, 4], dict(epsilon=1e-3), consts=consts)
+    model, feeds = one_op(
+        "BatchNormalization", [rand(2, c, 4, 4)], [2, c, 4, 4], dict(epsilon=1e-3), consts=consts
+    )
     check_against_ort(model, feeds)
 
 

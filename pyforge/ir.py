@@ -71,7 +71,7 @@ class Graph:
         return f"{hint}__{next(self._counter)}"
 
     def constant(self, array: np.ndarray, hint: str = "const") -> Value:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # keeps 0-d arrays 0-d
         return Value(self.fresh_name(hint), tuple(array.shape), array.dtype, const=array)
 
     def add_node(self, node: Node, index: int | None = None) -> Node:

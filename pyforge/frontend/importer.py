@@ -37,6 +37,13 @@ _DTYPES = {np.dtype(t) for t in (np.float16, np.float32, np.float64, np.bool_)}
 _DTYPES |= {np.dtype(f"{k}{b}") for k in "iu" for b in (1, 2, 4, 8)}
 
 
+def _const(name: str, arr: np.ndarray, op: str, node: str, opset: int | None) -> Value:
+    """A constant Value; bfloat16/float8/int4 arrive as numpy void types, which no kernel has."""
+    if arr.dtype not in _DTYPES:
+        raise UnsupportedOperatorError(op, node, opset, f"constant {name!r} of type {arr.dtype}")
+    return Value(name, tuple(arr.shape), arr.dtype, const=arr)
+
+
 def onnx_dtype(elem_type: int) -> np.dtype:
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
@@ -127,7 +134,7 @@ def import_onnx(
 
     for init in g.initializer:
         arr = numpy_helper.to_array(init)
-        values[init.name] = Value(init.name, tuple(arr.shape), arr.dtype, const=arr)
+        values[init.name] = _const(init.name, arr, "(initializer)", init.name, opset)
 
     for inp in g.input:
         if inp.name in values:
@@ -157,7 +164,7 @@ def import_onnx(
         attrs = {a.name: _attr_value(a) for a in onode.attribute}
         if onode.op_type == "Constant":
             arr = _constant_value(onode, attrs)
-            values[onode.output[0]] = Value(onode.output[0], tuple(arr.shape), arr.dtype, const=arr)
+            values[onode.output[0]] = _const(onode.output[0], arr, "Constant", name, opset)
             continue
         opdef = OPS.get(onode.op_type)
         if opdef is None:
@@ -176,8 +183,8 @@ def import_onnx(
             arrays = [None if v is None else _const_or_placeholder(v) for v in node.inputs]
             results = opdef.evaluate(node, arrays)
             for out_name, arr in zip(onode.output, results):
-                arr = np.ascontiguousarray(arr)
-                values[out_name] = Value(out_name, tuple(arr.shape), arr.dtype, const=arr)
+                arr = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+                values[out_name] = _const(out_name, arr, node.op, name, opset)
             continue
         inferred = infer_node(node)
         outs = []

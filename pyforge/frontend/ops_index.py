@@ -195,7 +195,13 @@ def _d2s_eval(node: Node, xs):
     b = node.attrs["blocksize"]
     n, c, h, w = x.shape
     if node.op == "SpaceToDepth":
-        y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        y = x.reshape(n, c, h // b, b, w // b, b)
+        # DCR: out channel (by, bx, c); CRD: out channel (c, by, bx)
+        y = (
+            y.transpose(0, 1, 3, 5, 2, 4)
+            if node.attrs["mode"] == "CRD"
+            else y.transpose(0, 3, 5, 1, 2, 4)
+        )
         return [y.reshape(n, c * b * b, h // b, w // b)]
     if node.attrs["mode"] == "DCR":
         y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
@@ -207,7 +213,10 @@ def _d2s_eval(node: Node, xs):
 def _d2s_normalize(node: Node) -> None:
     if len(node.inputs[0].shape) != 4:
         fail(node, "input rank other than 4")
-    node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": node.attr("mode", "DCR")}
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        bad_attr(node, f"mode {mode!r}")
+    node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": mode}
 
 
 register("DepthToSpace", _d2s_eval, None, _d2s_normalize)

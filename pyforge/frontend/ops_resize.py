@@ -221,7 +221,7 @@ def _resize_normalize(node: Node) -> None:
         base = f"{node.name}::resize{a}"
         wdt = np.float64 if np.dtype(x.dtype) == np.float64 else np.float32
         for part, arr in (("idx", idx), ("w", w.astype(wdt)), ("out", mask)):
-            arr = np.ascontiguousarray(arr)
+            arr = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
             tables.append(Value(f"{base}_{part}", arr.shape, arr.dtype, const=arr))
         resized.append((a, int(w.shape[1])))
     node.inputs = [x, *tables]

@@ -116,8 +116,12 @@ def depth_space_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str
     B = kb.int_param(node.attrs["blocksize"], "B")
     if node.op == "SpaceToDepth":
         C = kb.int_param(x.shape[1], "C")
-        q = f"({c} // {C})"
-        src = [n, f"({c} % {C})", f"({y} * {B} + {q} // {B})", f"({w} * {B} + {q} % {B})"]
+        if node.attrs.get("mode", "DCR") == "CRD":  # out channel = (c, by, bx)
+            BB = kb.int_param(node.attrs["blocksize"] ** 2, "BB")
+            q, cin = f"({c} % {BB})", f"({c} // {BB})"
+        else:  # out channel = (by, bx, c)
+            q, cin = f"({c} // {C})", f"({c} % {C})"
+        src = [n, cin, f"({y} * {B} + {q} // {B})", f"({w} * {B} + {q} % {B})"]
     else:
         by, bx = f"({y} % {B})", f"({w} % {B})"
         if node.attrs["mode"] == "DCR":

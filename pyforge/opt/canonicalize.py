@@ -62,12 +62,22 @@ def split_bias(graph: Graph) -> Graph:
     for node in graph.nodes:
         out.append(node)
         if node.op == "Conv" and len(node.inputs) > 2 and node.inputs[2] is not None:
-            if node.inputs[2].const is None:
-                continue  # a run-time bias stays inside the Conv node
-            rank = len(node.outputs[0].shape)
-            bias_b = graph.constant(
-                node.inputs[2].const.reshape((1, -1) + (1,) * (rank - 2)), "bias"
-            )
+            bias = node.inputs[2]
+            shape = (1, bias.shape[0]) + (1,) * (len(node.outputs[0].shape) - 2)
+            if bias.const is not None:
+                bias_b = graph.constant(bias.const.reshape(shape), "bias")
+            else:  # a run-time bias: a free reshape (a view) lines it up with the channels
+                bias_b = Value(graph.fresh_name(bias.name + "_nc11"), shape, bias.dtype)
+                view = Node(
+                    "Reshape",
+                    [bias],
+                    [bias_b],
+                    {"shape": list(shape)},
+                    node.name + "/bias_view",
+                    14,
+                )
+                bias_b.producer = view
+                out.insert(len(out) - 1, view)
         elif node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
             c = node.inputs[2]
             beta = node.attrs["beta"]

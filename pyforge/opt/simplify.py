@@ -19,9 +19,7 @@ def const_fold(graph: Graph) -> Graph:
         if live and evaluate and all(v.const is not None for v in live):
             results = evaluate(node, [None if v is None else v.const for v in node.inputs])
             for out, arr in zip(node.outputs, results):
-                out.const = np.ascontiguousarray(
-                    np.asarray(arr, dtype=out.dtype).reshape(out.shape)
-                )
+                out.const = np.asarray(arr, dtype=out.dtype, order="C").reshape(out.shape)
                 out.producer = None
             continue
         kept.append(node)

@@ -203,3 +203,17 @@ def test_flatten_identity_view_chain():
     ]
     model = make_model(nodes, [("x", np.float32, [2, 3, 4])], [("y", np.float32, [6, 4])])
     check_against_ort(model, {"x": rand(2, 3, 4)})
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_conv_with_runtime_weight_and_bias(group):
+    """Weights and bias fed at run time (not initializers) must still be used, bias included."""
+    x, w, b = rand(1, 4, 7, 7), rand(6, 4 // group, 3, 3), rand(6) + 3.0
+    model, feeds = one_op("Conv", [x, w, b], None, dict(kernel_shape=[3, 3], group=group))
+    check_against_ort(model, feeds)
+
+
+def test_scalar_output_keeps_its_shape():
+    model, feeds = one_op("Size", [rand(3, 4, 5)], [], out_dtype=np.int64)
+    compiled, _ = check_against_ort(model, feeds)
+    assert compiled.predict(feeds).shape == ()

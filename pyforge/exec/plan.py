@@ -38,6 +38,9 @@ class ExecutionPlan:
     outputs: list[str]
     weights: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.uint8))
     stats: dict[str, Any] = field(default_factory=dict)
+    # (tensor, bytes, first step, last step, arena offset): the planner's input and answer, for
+    # explain; not saved
+    buffers: list[tuple] = field(default_factory=list)
 
     def signature(self, names: list[str]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         return [(n, tuple(self.slots[n].shape), np.dtype(self.slots[n].dtype)) for n in names]

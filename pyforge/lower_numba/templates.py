@@ -228,25 +228,32 @@ ELEMENT_TEMPLATES: dict[str, Callable[[Node, KernelBuilder, list[str]], str]] = 
 def im2col(node: Node, kb: KernelBuilder, col_shape: tuple[int, int, int]) -> None:
     """col[n, (c, ky, kx), (oh, ow)] = padded x at the window position; zero outside."""
     x, y = node.inputs[0], node.outputs[0]
-    h, w = _spatial2d(x.shape)
-    oh_, ow_ = _spatial2d(y.shape)
-    (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
-    t = type_name(x.dtype)
+    (h, w), (oh_, ow_) = _spatial2d(x.shape), _spatial2d(y.shape)
+    kh, kw = _window2d(node)[0]
     n, c, ky, kx, oh, ow = kb.coords((x.shape[0], x.shape[1], kh, kw, oh_, ow_))
-    H, W = kb.int_param(h, "H"), kb.int_param(w, "W")
+    H, W, C = kb.int_param(h, "H"), kb.int_param(w, "W"), kb.int_param(x.shape[1], "C")
+    address = lambda ih, iw: f"(({n} * {C} + {c}) * {H} + {ih}) * {W} + {iw}"
+    gather_window(node, kb, (oh, ow, ky, kx), (H, W), address)
+
+
+def gather_window(node: Node, kb: KernelBuilder, at: tuple, hw: tuple, addr) -> None:
+    """col[i] = the input at window tap (ky, kx) of output pixel (oh, ow), zero in the padding;
+    ``addr(ih, iw)`` indexes the input in its layout (im2col for both NCHW and NHWC)."""
+    x, y = node.inputs[0], node.outputs[0]
+    (oh, ow, ky, kx), (H, W) = at, hw
+    (_, _), (sh, sw), (dh, dw), pads = _window2d(node)
+    s = [
+        kb.int_param(v, k)
+        for v, k in ((sh, "s"), (pads[0], "p"), (dh, "d"), (sw, "s"), (pads[1], "p"), (dw, "d"))
+    ]
     ih, iw = kb.tmp("ih"), kb.tmp("iw")
-    kb.emit(
-        f"{ih} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')} + {ky} * {kb.int_param(dh, 'd')}"
-    )
-    kb.emit(
-        f"{iw} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')} + {kx} * {kb.int_param(dw, 'd')}"
-    )
+    kb.emit(f"{ih} = {oh} * {s[0]} - {s[1]} + {ky} * {s[2]}")
+    kb.emit(f"{iw} = {ow} * {s[3]} - {s[4]} + {kx} * {s[5]}")
     src, dst = kb.tensor(x.name), kb.tensor(f"{y.name}::col")
-    C = kb.int_param(x.shape[1], "C")
     kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:")
-    kb.emit(f"{dst}[i] = {src}[(({n} * {C} + {c}) * {H} + {ih}) * {W} + {iw}]", 1)
+    kb.emit(f"{dst}[i] = {src}[{addr(ih, iw)}]", 1)
     kb.emit("else:")
-    kb.emit(f"{dst}[i] = {lit(0, t)}", 1)
+    kb.emit(f"{dst}[i] = {lit(0, type_name(x.dtype))}", 1)
 
 
 def softmax_rows(node: Node, kb: KernelBuilder) -> int:

@@ -10,6 +10,21 @@ from .scalar import lit
 from .templates import ELEMENT_TEMPLATES
 
 
+def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred: bool = True):
+    """Emit the mean (0 when not ``centred``, as RMSNorm) and 1/sqrt(var + eps) of src[base:+L]."""
+    j, s, m, inv = (kb.tmp(p) for p in ("j", "ssq", "mu", "rstd"))
+    kb.emit(f"{m} = {lit(0, 'f32')}")
+    if centred:
+        kb.emit(f"for {j} in range({L}):")
+        kb.emit(f"{m} += {src}[{base} + {j}]", 1)
+        kb.emit(f"{m} = {m} / f32({L})")
+    kb.emit(f"{s} = {lit(0, 'f32')}")
+    kb.emit(f"for {j} in range({L}):")
+    kb.emit(f"{s} += ({src}[{base} + {j}] - {m}) * ({src}[{base} + {j}] - {m})", 1)
+    kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {lit(eps, 'f32')})")
+    return m, inv
+
+
 def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a, part = node.attrs["axis"], node.attrs.get("output", 0)
@@ -17,19 +32,10 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     length = int(np.prod(x.shape[a:]))
     src = kb.tensor(x.name)
     L = kb.int_param(length, "L")
-    base, j, s, m, inv = (kb.tmp(p) for p in ("rb", "j", "ssq", "mu", "rstd"))
+    base = kb.tmp("rb")
     lead = kb.offset(contiguous_strides(x.shape[:a]), coords[:a]) if a else "0"
     kb.emit(f"{base} = ({lead}) * {L}")
-    kb.emit(f"{m} = {lit(0, 'f32')}")
-    if node.op == "LayerNormalization":
-        kb.emit(f"for {j} in range({L}):")
-        kb.emit(f"{m} += {src}[{base} + {j}]", 1)
-        kb.emit(f"{m} = {m} / f32({L})")
-    kb.emit(f"{s} = {lit(0, 'f32')}")
-    kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{s} += ({src}[{base} + {j}] - {m}) * ({src}[{base} + {j}] - {m})", 1)
-    eps = lit(node.attrs["epsilon"], "f32")
-    kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {eps})")
+    m, inv = moments(kb, src, base, L, node.attrs["epsilon"], node.op == "LayerNormalization")
     if part == 1:
         return m
     if part == 2:
@@ -60,17 +66,9 @@ def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     src = kb.tensor(x.name)
     L, CG = kb.int_param(c // groups * spatial, "L"), kb.int_param(c // groups, "CG")
     C = kb.int_param(c, "C")
-    base, j, s, m, inv, y = (kb.tmp(p) for p in ("gb", "j", "ssq", "mu", "rstd", "y"))
+    base, y = kb.tmp("gb"), kb.tmp("y")
     kb.emit(f"{base} = (({coords[0]} * {C} + {coords[1]}) // {CG}) * {L}")
-    kb.emit(f"{m} = {lit(0, 'f32')}")
-    kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{m} += {src}[{base} + {j}]", 1)
-    kb.emit(f"{m} = {m} / f32({L})")
-    kb.emit(f"{s} = {lit(0, 'f32')}")
-    kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{s} += ({src}[{base} + {j}] - {m}) * ({src}[{base} + {j}] - {m})", 1)
-    eps = lit(node.attrs["epsilon"], "f32")
-    kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {eps})")
+    m, inv = moments(kb, src, base, L, node.attrs["epsilon"])
     off = kb.offset(contiguous_strides(x.shape), coords)
     ch = f"({coords[1]} // {CG})" if node.attrs["per_group"] else coords[1]
     kb.emit(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import bad_attr, const_input, fail, norm_axis, register
+from .registry import bad_attr, const_input, fail, norm_axis, normalize_axis_attr, register
 
 # -- folded from constant inputs ----------------------------------------------------------------
 
@@ -127,10 +127,6 @@ register("Pad", _pad_eval, _pad_infer, _pad_normalize, const_inputs=(1, 2, 3))
 # -- GatherElements -----------------------------------------------------------------------------
 
 
-def _axis_normalize(node: Node) -> None:
-    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", 0)), len(node.inputs[0].shape))
-
-
 def _gather_elements_eval(node: Node, xs):
     data, idx = xs
     axis = node.attrs["axis"]
@@ -142,7 +138,7 @@ register(
     "GatherElements",
     _gather_elements_eval,
     lambda n: [(n.inputs[1].shape, n.inputs[0].dtype)],
-    _axis_normalize,
+    normalize_axis_attr,
 )
 
 # -- Split --------------------------------------------------------------------------------------

@@ -6,7 +6,14 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Node
-from .registry import bad_attr, const_input, norm_axis, register, take_const_inputs
+from .registry import (
+    bad_attr,
+    const_input,
+    norm_axis,
+    normalize_axis_attr,
+    register,
+    take_const_inputs,
+)
 
 # Ops whose output is the input's bytes under another shape: lowered as views, never a kernel.
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
@@ -163,10 +170,6 @@ def _constant_eval(node: Node, xs):
 register("Constant", _constant_eval)
 
 
-def _gather_normalize(node: Node) -> None:
-    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", 0)), len(node.inputs[0].shape))
-
-
 def _gather_eval(node: Node, xs):
     data, idx = xs
     axis = node.attrs["axis"]
@@ -174,7 +177,7 @@ def _gather_eval(node: Node, xs):
     return [np.take(data, idx, axis=axis)]
 
 
-register("Gather", _gather_eval, None, _gather_normalize)
+register("Gather", _gather_eval, None, normalize_axis_attr)
 
 
 def _cast_normalize(node: Node) -> None:

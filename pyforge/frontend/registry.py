@@ -100,6 +100,11 @@ def norm_axis(node: Node, axis: int, rank: int) -> int:
     return axis % rank if rank else 0
 
 
+def normalize_axis_attr(node: Node) -> None:
+    """The ``axis`` attribute (default 0) made non-negative against the first input's rank."""
+    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", 0)), len(node.inputs[0].shape))
+
+
 def same_as_input(index: int = 0) -> Infer:
     def infer(node: Node):
         v = node.inputs[index]

@@ -12,7 +12,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 
-from ..lower_numba.cache import load_kernel
+from ..lower_numba.cache import load_kernel, module_name
+from .cpu_gemm import bind_gemm_step
 from .plan import ExecutionPlan
 
 
@@ -74,7 +75,7 @@ def _bind_gemm(g: dict, views: dict) -> Callable[[], None]:
 class CpuRuntime:
     """Binds a plan to a numpy arena; ``run`` executes the bound calls in order."""
 
-    def __init__(self, plan: ExecutionPlan, precision: str = "fp32"):
+    def __init__(self, plan: ExecutionPlan, precision: str = "fp32", fused_steps: bool = True):
         if precision != "fp32":
             raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
         self.plan = plan
@@ -85,6 +86,12 @@ class CpuRuntime:
         self.launches = 0
         for step in plan.steps:
             if step["kind"] == "gemm":
+                # one compiled call for prologue + GEMM + epilogue where CBLAS is reachable
+                driver = bind_gemm_step(step, self.views, self._bound) if fused_steps else None
+                if driver is not None:
+                    self.calls.append(driver)
+                    self.launches += 1
+                    continue
                 parts = [self._kernel(step["prologue"])] if step["prologue"] else []
                 parts.append(_bind_gemm(step, self.views))
                 parts += [self._kernel(step["epilogue"])] if step["epilogue"] else []
@@ -94,11 +101,16 @@ class CpuRuntime:
                 self.calls.append(self._kernel(step))
                 self.launches += 1
 
-    def _kernel(self, step: dict) -> Callable[[], None]:
+    def _bound(self, step: dict) -> tuple[str, Callable, int, tuple]:
+        """(module name, compiled kernel, n, arguments) of a kernel step."""
         fn, path = load_kernel(self.plan.kernels[step["kernel"]]["cpu"], "cpu")
         self.kernel_paths[step["kernel"]] = path
         args = tuple(self.views[v] if kind == "t" else np.int64(v) for kind, v in step["args"])
-        return _kernel_call(fn, np.int64(step["n"]), args)
+        return module_name(path, "cpu"), fn, step["n"], args
+
+    def _kernel(self, step: dict) -> Callable[[], None]:
+        _, fn, n, args = self._bound(step)
+        return _kernel_call(fn, np.int64(n), args)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():

@@ -39,10 +39,15 @@ def load_kernel(source: str, target: str, capability: str = "") -> tuple[Callabl
         with open(tmp, "w") as f:
             f.write(source)
         os.replace(tmp, path)
-    name = f"pyforge_kernels.{target}.{os.path.basename(path)[:-3]}"
+    name = module_name(path, target)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     _LOADED[path] = module.kernel
     return module.kernel, path
+
+
+def module_name(path: str, target: str) -> str:
+    """The ``sys.modules`` name a kernel file is imported under (generated drivers refer to it)."""
+    return f"pyforge_kernels.{target}.{os.path.basename(path)[:-3]}"

@@ -1,0 +1,173 @@
+"""One compiled call per GEMM step on the cpu target: im2col prologue, BLAS GEMM, epilogue.
+
+numpy's ``matmul`` runs the GEMM from Python, so a conv step used to be three calls (prologue
+kernel, matmul, epilogue kernel). Here a generated ``@njit`` driver calls the step's two kernels
+and the BLAS library's CBLAS ``gemm`` itself: one call per step. The BLAS routine is the one numpy
+already loaded (same library, same threads), found among the process's loaded libraries and
+passed to the driver as a ctypes function pointer, so the driver is cached on disk like any kernel.
+Where no CBLAS is found, the dtype is not float32/float64, or the GEMM is degenerate, the runtime
+keeps the numpy path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from ..lower_numba.cache import load_kernel
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+
+# (symbol, integer type): numpy's wheels bundle an ILP64 OpenBLAS with prefixed names; other
+# builds (distro, conda) export the plain CBLAS names with 32-bit integers
+_SYMBOLS = (
+    ("scipy_cblas_{t}gemm64_", ctypes.c_int64),
+    ("cblas_{t}gemm64_", ctypes.c_int64),
+    ("cblas_{t}gemm", ctypes.c_int),
+)
+_FOUND: dict[str, object] = {}
+
+
+def _loaded_libraries() -> list[str]:
+    """Shared libraries mapped into this process whose name says BLAS (Linux /proc only)."""
+    import numpy.linalg  # noqa: F401  (makes sure numpy's BLAS is mapped)
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if ".so" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if "blas" in os.path.basename(p).lower())
+
+
+def cblas_gemm(dtype: np.dtype) -> object | None:
+    """A ctypes CBLAS ``sgemm``/``dgemm`` for ``dtype`` (float32/float64), or None."""
+    t = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}.get(np.dtype(dtype))
+    if t is None:
+        return None
+    if t not in _FOUND:
+        _FOUND[t] = _find(t)
+    return _FOUND[t]
+
+
+def _find(t: str) -> object | None:
+    real = ctypes.c_float if t == "s" else ctypes.c_double
+    vp, enum = ctypes.c_void_p, ctypes.c_int
+    for path in _loaded_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for pattern, it in _SYMBOLS:
+            fn = getattr(lib, pattern.format(t=t), None)
+            if fn is None:
+                continue
+            proto = ctypes.CFUNCTYPE(
+                None, enum, enum, enum, it, it, it, real, vp, it, vp, it, real, vp, it
+            )
+            return proto(ctypes.cast(fn, vp).value)
+    return None
+
+
+_DRIVER = """\
+import sys
+import numpy as np
+from numba import njit
+{imports}
+
+@njit(nogil=True, cache=True)
+def kernel(gemm, g, alpha, beta, {params}):
+{prologue}    isz = {itemsize}
+    for bi in range(g[6]):
+        gemm({row_major}, g[10], g[11], g[0], g[1], g[2], alpha, a.ctypes.data + bi * g[7] * isz,
+             g[3], b.ctypes.data + bi * g[8] * isz, g[4], beta, d.ctypes.data + bi * g[9] * isz,
+             g[5])
+{residual}{epilogue}"""
+
+_RESIDUAL = """\
+    for bi in range(g[6]):
+        for r in range(g[0]):
+            for col in range(g[1]):
+                d[bi * g[9] + r * g[5] + col] += cbeta * c[bi * g[13] + r * g[12] + col]
+"""
+
+
+def _valid(g: dict) -> bool:
+    """CBLAS accepts only these leading dimensions (row-major); degenerate sizes stay on numpy."""
+    m, n, k = g["m"], g["n"], g["k"]
+    if min(m, n, k) <= 0:
+        return False
+    need_a = m if g["trans_a"] else k
+    need_b = k if g["trans_b"] else n
+    return g["lda"] >= need_a and g["ldb"] >= need_b and g["ldd"] >= n
+
+
+def bind_gemm_step(
+    step: dict, views: dict[str, np.ndarray], kernel_fn: Callable[[dict], tuple]
+) -> Callable[[], None] | None:
+    """One callable running the whole GEMM step in compiled code, or None (use numpy).
+
+    ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step."""
+    dtype = views[step["d"]].dtype
+    gemm = cblas_gemm(dtype)
+    if gemm is None or not _valid(step) or any(views[step[t]].dtype != dtype for t in "ab"):
+        return None
+    names: list[str] = []
+    values: list[object] = []
+
+    def param(value: object, hint: str) -> str:
+        names.append(f"{hint}{len(names)}")
+        values.append(value)
+        return names[-1]
+
+    imports, calls = [], {}
+    for part in ("prologue", "epilogue"):
+        if step[part] is None:
+            continue
+        module, _, n, args = kernel_fn(step[part])
+        imports.append(f'{part} = sys.modules["{module}"].kernel')
+        ps = [param(np.int64(n), "n")] + [param(v, "x") for v in args]
+        calls[part] = f"    {part}({', '.join(ps)})\n"
+    for t in ("a", "b", "d"):
+        names.append(t)
+        values.append(views[step[t]])
+    residual = ""
+    if step.get("c"):
+        names += ["c", "cbeta"]
+        values += [views[step["c"]], dtype.type(step["beta"])]
+        residual = _RESIDUAL
+    source = _DRIVER.format(
+        imports="\n".join(imports),
+        params=", ".join(names),
+        prologue=calls.get("prologue", ""),
+        epilogue=calls.get("epilogue", ""),
+        residual=residual,
+        itemsize=dtype.itemsize,
+        row_major=ROW_MAJOR,
+    )
+    driver, _ = load_kernel(source, "cpu")
+    g = np.array(
+        [
+            step["m"],
+            step["n"],
+            step["k"],
+            step["lda"],
+            step["ldb"],
+            step["ldd"],
+            step["batch"],
+            step["stride_a"],
+            step["stride_b"],
+            step["stride_d"],
+            TRANS if step["trans_a"] else NO_TRANS,
+            TRANS if step["trans_b"] else NO_TRANS,
+            step.get("ldc") or 0,
+            step.get("stride_c") or 0,
+        ],
+        np.int64,
+    )
+    alpha, beta = dtype.type(step["alpha"]), dtype.type(0)
+    args = tuple(values)
+    return lambda: driver(gemm, g, alpha, beta, *args)

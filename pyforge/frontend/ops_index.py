@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import bad_attr, const_input, fail, norm_axis, normalize_axis_attr, register
+from .registry import bad_attr, const_input, fail, norm_axis, normalize_gather, register
 
 # -- folded from constant inputs ----------------------------------------------------------------
 
@@ -138,7 +138,7 @@ register(
     "GatherElements",
     _gather_elements_eval,
     lambda n: [(n.inputs[1].shape, n.inputs[0].dtype)],
-    normalize_axis_attr,
+    normalize_gather,
 )
 
 # -- Split --------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from .registry import (
     bad_attr,
     const_input,
     norm_axis,
-    normalize_axis_attr,
+    normalize_gather,
     register,
     take_const_inputs,
 )
@@ -177,7 +177,7 @@ def _gather_eval(node: Node, xs):
     return [np.take(data, idx, axis=axis)]
 
 
-register("Gather", _gather_eval, None, normalize_axis_attr)
+register("Gather", _gather_eval, None, normalize_gather)
 
 
 def _cast_normalize(node: Node) -> None:

@@ -105,6 +105,25 @@ def normalize_axis_attr(node: Node) -> None:
     node.attrs["axis"] = norm_axis(node, int(node.attr("axis", 0)), len(node.inputs[0].shape))
 
 
+def check_const_indices(node: Node, index: int, dims) -> None:
+    """Constant indices outside [-dim, dim) are a model error, refused at compile time
+    (``dims`` is one size, or one per index column along the last axis, as in GatherND)."""
+    v = node.inputs[index] if index < len(node.inputs) else None
+    if v is None or v.const is None or not np.size(v.const):
+        return
+    d = np.broadcast_to(np.asarray(dims, np.int64), np.shape(v.const))
+    bad = (v.const < -d) | (v.const >= d)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        bad_attr(node, f"index {v.const[at]} at {list(at)} is out of range [-{d[at]}, {d[at]})")
+
+
+def normalize_gather(node: Node) -> None:
+    """Gather and GatherElements: axis made non-negative, constant indices checked."""
+    normalize_axis_attr(node)
+    check_const_indices(node, 1, node.inputs[0].shape[node.attrs["axis"]])
+
+
 def same_as_input(index: int = 0) -> Infer:
     def infer(node: Node):
         v = node.inputs[index]

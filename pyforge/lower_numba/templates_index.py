@@ -88,25 +88,39 @@ def pad_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return v
 
 
-def _index_value(kb: KernelBuilder, idx_name: str, idx_shape, coords, dim: int) -> str:
-    q = _load(kb, idx_name, idx_shape, coords)
+def check_index(kb: KernelBuilder, r: str, q: str, D: str, what: str) -> None:
+    """Raise IndexError when the wrapped index ``r`` (from ``q``) is outside [0, D).
+
+    A wrong answer must not be silent. The cpu kernel raises (which makes Numba run that loop
+    serially); a cuda kernel cannot raise, so the check is left out there (unchecked on cuda).
+    The node's name stays out of the source, so one kernel still serves every node alike.
+    """
+    msg = f'"{what}: index " + str({q}) + " out of range [-" + str({D}) + ", " + str({D}) + ")"'
+    kb.emit(f"if {r} < 0 or {r} >= {D}:", cuda="")
+    kb.emit(f"raise IndexError({msg})", 1, cuda="")
+
+
+def _index_value(kb: KernelBuilder, node: Node, coords, axis: int) -> str:
+    data, idx = node.inputs
+    q = _load(kb, idx.name, idx.shape, coords)
     r = kb.tmp("ix")
-    D = kb.int_param(dim, "d")
+    D = kb.int_param(data.shape[axis], "d")
     kb.emit(f"{r} = {q} + {D} if {q} < 0 else {q}")
+    check_index(kb, r, q, D, f"{node.op} axis {axis}")
     return r
 
 
 def gather_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     data, idx = node.inputs
     a, r = node.attrs["axis"], len(idx.shape)
-    iv = _index_value(kb, idx.name, idx.shape, coords[a : a + r], data.shape[a])
+    iv = _index_value(kb, node, coords[a : a + r], a)
     return _load(kb, data.name, data.shape, coords[:a] + [iv] + coords[a + r :])
 
 
 def gather_elements_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
-    data, idx = node.inputs
+    data = node.inputs[0]
     a = node.attrs["axis"]
-    iv = _index_value(kb, idx.name, idx.shape, coords, data.shape[a])
+    iv = _index_value(kb, node, coords, a)
     return _load(kb, data.name, data.shape, coords[:a] + [iv] + coords[a + 1 :])
 
 
@@ -259,9 +273,10 @@ def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     src = kb.tensor(ind.name)
     for j in range(r):
         k, dim = kb.tmp("gk"), kb.int_param(data.shape[b + j], "D")
-        kb.emit(f"{k} = {src}[({row}) * {kb.int_param(r, 'R')} + {j}]")
-        kb.emit(f"if {k} < 0:")
-        kb.emit(f"{k} += {dim}", 1)
+        q = kb.tmp("gq")
+        kb.emit(f"{q} = {src}[({row}) * {kb.int_param(r, 'R')} + {j}]")
+        kb.emit(f"{k} = {q} + {dim} if {q} < 0 else {q}")
+        check_index(kb, k, q, dim, f"GatherND index column {j}")
         kb.emit(f"{off} += {k} * {kb.int_param(strides[b + j], 's')}")
     kb.emit(f"{v} = {kb.tensor(data.name)}[{off}]")
     return v

@@ -15,6 +15,7 @@ import ctypes
 import os
 from collections.abc import Callable
 
+import numba
 import numpy as np
 
 from ..lower_numba.cache import load_kernel
@@ -149,6 +150,10 @@ def bind_gemm_step(
         row_major=ROW_MAJOR,
     )
     driver, _ = load_kernel(source, "cpu")
+    # a driver loaded from Numba's disk cache calls its parallel kernels' compiled code directly,
+    # and that code needs Numba's thread pool: nothing starts the pool when no parallel kernel was
+    # called from Python first (a segfault on the first conv). get_num_threads() starts it.
+    numba.get_num_threads()
     g = np.array(
         [
             step["m"],

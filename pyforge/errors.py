@@ -42,5 +42,13 @@ class InputError(PyforgeError):
     """predict() was given a wrong input name, shape or dtype."""
 
 
+class IndexRangeError(PyforgeError, IndexError):
+    """A run-time index input (Gather, GatherElements, GatherND) is outside [-dim, dim)."""
+
+    def __init__(self, step: str, detail: str):
+        self.step = step
+        super().__init__(f"{step}: {detail}")
+
+
 class IRVerificationError(PyforgeError):
     """Graph.verify() found a broken invariant (SSA, order, shapes): a compiler bug."""

@@ -12,6 +12,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 
+from ..errors import IndexRangeError
 from ..lower_numba.cache import load_kernel, module_name
 from .cpu_gemm import bind_gemm_step
 from .plan import ExecutionPlan
@@ -115,8 +116,11 @@ class CpuRuntime:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():
             self.views[name][:] = np.ravel(arr)
-        for call in self.calls:
-            call()
+        for i, call in enumerate(self.calls):
+            try:
+                call()
+            except IndexError as e:  # a kernel's index check (see KernelBuilder.fault)
+                raise IndexRangeError(self.plan.steps[i].get("label", "kernel"), str(e)) from None
         return {
             name: self.views[name].reshape(self.plan.slots[name].shape).copy()
             for name in self.plan.outputs

@@ -27,9 +27,9 @@ from numba import njit, prange
 
 @njit(parallel={parallel}, cache=True, nogil=True)
 def kernel(n, {params}):
-    for i in prange(n):
+{pre}    for i in prange(n):
 {body}
-"""
+{post}"""
 
 _CPU_ROWS = """\
 from numba import njit, prange
@@ -37,11 +37,11 @@ from numba import njit, prange
 
 @njit(parallel={parallel}, cache=True, nogil=True)
 def kernel(n, {params}):
-    rows = n // max({inner}, 1)
+{pre}    rows = n // max({inner}, 1)
     for o in prange(rows):
 {outer}
 {loops}{body}
-"""
+{post}"""
 
 _CUDA_ROWS = """\
 from numba import cuda
@@ -144,6 +144,27 @@ class KernelBuilder:
     inner_value: int = 0
     inner_dims: list = field(default_factory=list)  # int params of the inner run's dims
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
+    checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
+
+    def check_range(self, tensor: str, count: int, dim: str, message: str, step: int = 1) -> None:
+        """cpu: before the loop, raise IndexError(message) when any ``tensor[t * step + start]``
+        (t < count) is outside [-dim, dim). One pass over the index tensor, not a test per output
+        element (an index is often read by many elements), and the loop itself stays parallel
+        (a raise inside it would make Numba run it serially). ``tensor`` is "param" or
+        "param+start"; ``message`` is a str expression of the kernel's params. Cuda kernels
+        cannot raise: no check there."""
+        src, _, start = tensor.partition("+")
+        at = "t" if step == 1 else f"t * {self.int_param(step, 'st')}"
+        at += f" + {start}" if start else ""
+        n = self.int_param(count, "N")
+        self.checks += [
+            "nbad = 0",
+            f"for t in prange({n}):",
+            f"    if {src}[{at}] < -{dim} or {src}[{at}] >= {dim}:",
+            "        nbad += 1",
+            "if nbad > 0:",
+            f"    raise IndexError({message})",
+        ]
 
     def tmp(self, prefix: str = "v") -> str:
         self._counter += 1
@@ -238,8 +259,12 @@ class KernelBuilder:
         # a serial one: small kernels, the bulk of ONNX's node tests, are compiled serial
         parallel = n >= PARALLEL_MIN if parallel is None else parallel
         params = ", ".join(self.params)
+        pre = "".join(f"    {line}\n" for line in self.checks)
+        post = ""
         if self.inner is None:
-            cpu = _CPU.format(params=params, body=self._body(0, "        "), parallel=parallel)
+            cpu = _CPU.format(
+                params=params, body=self._body(0, "        "), parallel=parallel, pre=pre, post=post
+            )
             cuda = _CUDA.format(params=params, body=self._body(1, "        "))
         else:
             loops, j = "", "0"
@@ -256,6 +281,8 @@ class KernelBuilder:
                 loops=loops,
                 body=self._body(0, pad),
                 outer=outer,
+                pre=pre,
+                post=post,
             )
             cuda = _CUDA_ROWS.format(
                 params=params, body=self._body(1, "            "), inner=self.inner, outer=outer

@@ -88,16 +88,8 @@ def pad_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return v
 
 
-def check_index(kb: KernelBuilder, r: str, q: str, D: str, what: str) -> None:
-    """Raise IndexError when the wrapped index ``r`` (from ``q``) is outside [0, D).
-
-    A wrong answer must not be silent. The cpu kernel raises (which makes Numba run that loop
-    serially); a cuda kernel cannot raise, so the check is left out there (unchecked on cuda).
-    The node's name stays out of the source, so one kernel still serves every node alike.
-    """
-    msg = f'"{what}: index " + str({q}) + " out of range [-" + str({D}) + ", " + str({D}) + ")"'
-    kb.emit(f"if {r} < 0 or {r} >= {D}:", cuda="")
-    kb.emit(f"raise IndexError({msg})", 1, cuda="")
+def _range_message(what: str, dim: str) -> str:
+    return f'"{what}: an index is out of range [-" + str({dim}) + ", " + str({dim}) + ")"'
 
 
 def _index_value(kb: KernelBuilder, node: Node, coords, axis: int) -> str:
@@ -106,7 +98,8 @@ def _index_value(kb: KernelBuilder, node: Node, coords, axis: int) -> str:
     r = kb.tmp("ix")
     D = kb.int_param(data.shape[axis], "d")
     kb.emit(f"{r} = {q} + {D} if {q} < 0 else {q}")
-    check_index(kb, r, q, D, f"{node.op} axis {axis}")
+    message = _range_message(f"{node.op} axis {axis}", D)
+    kb.check_range(kb.tensor(idx.name), idx.size, D, message)
     return r
 
 
@@ -276,7 +269,8 @@ def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         q = kb.tmp("gq")
         kb.emit(f"{q} = {src}[({row}) * {kb.int_param(r, 'R')} + {j}]")
         kb.emit(f"{k} = {q} + {dim} if {q} < 0 else {q}")
-        check_index(kb, k, q, dim, f"GatherND index column {j}")
+        message = _range_message(f"GatherND index column {j}", dim)
+        kb.check_range(f"{src}+{j}", ind.size // r, dim, message, step=r)
         kb.emit(f"{off} += {k} * {kb.int_param(strides[b + j], 's')}")
     kb.emit(f"{v} = {kb.tensor(data.name)}[{off}]")
     return v

@@ -27,9 +27,7 @@ def _conv_model(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Relu", ["s"], ["y"]),
     ]
     shape = [1, 8, 64, 64]
-    return make_model(
-        nodes, [("x", np.float32, shape)], [("y", np.float32, shape)], [w, b]
-    )
+    return make_model(nodes, [("x", np.float32, shape)], [("y", np.float32, shape)], [w, b])
 
 
 def test_numpy_blas_is_found():
@@ -103,5 +101,7 @@ def test_cached_drivers_run_in_a_fresh_process():
     )
     env = dict(os.environ, PYTHONPATH=ROOT)
     for _ in range(2):  # the second run loads every driver from the cache
-        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True)
+        run = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, check=False
+        )
         assert run.returncode == 0, run.stderr.decode()[-2000:]

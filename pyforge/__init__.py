@@ -99,7 +99,17 @@ def compile(
     # channels-last lets cuBLASLt fold conv epilogues (bias per column); numpy cannot, so the
     # cpu target stays NCHW unless asked
     layout = options.pop("layout", "nhwc" if target == "cuda" else "nchw")
-    plan, details = compile_to_plan(model, fusion_on=fusion, specialize=specialize, layout=layout)
+    # conv="implicit": a channels-last conv that needs im2col becomes one implicit-GEMM kernel
+    conv = options.pop("conv", "im2col")
+    conv_tile = options.pop("conv_tile", None)
+    plan, details = compile_to_plan(
+        model,
+        fusion_on=fusion,
+        specialize=specialize,
+        layout=layout,
+        conv=conv,
+        conv_tile=conv_tile,
+    )
     compiled = CompiledModel(plan, target, **options)
     compiled.details = details
     return compiled

@@ -40,6 +40,7 @@ def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
 
 def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str, Any]:
     kernels[k.key] = {"cpu": k.source_cpu, "cuda": k.source_cuda}
+    launch = {"launch": [[int(g) for g in k.launch[0]], int(k.launch[1])]} if k.launch else {}
     return {
         "kind": "kernel",
         "kernel": k.key,
@@ -47,6 +48,7 @@ def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str,
         "inner": k.inner,
         "label": k.label,
         "args": [list(a) for a in k.args],
+        **launch,
     }
 
 
@@ -152,6 +154,8 @@ def compile_to_plan(
     verify: bool = True,
     specialize: bool = False,
     layout: str = "nchw",
+    conv: str = "im2col",
+    conv_tile: str | None = None,
 ) -> tuple[ExecutionPlan, dict]:
     """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details."""
     t0 = time.perf_counter()
@@ -161,7 +165,7 @@ def compile_to_plan(
     pm = PassManager(passes + ["fuse" if fusion_on else "no_fuse"], verify=verify)
     graph = pm.run(graph)
     groups = [n for n in graph.nodes if n.op == "Fused"]
-    prog = lower_graph(graph, specialize)
+    prog = lower_graph(graph, specialize, conv, conv_tile)
     plan = build_plan(prog)
     plan.stats.update(
         ops_in=len(proto.graph.node),
@@ -169,6 +173,7 @@ def compile_to_plan(
         groups=len(groups),
         fusion=fusion_on,
         layout=layout,
+        conv=conv,
         compile_seconds_frontend=time.perf_counter() - t0,
     )
     details = {

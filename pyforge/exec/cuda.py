@@ -97,12 +97,14 @@ class CudaRuntime:
 
     # -- binding -------------------------------------------------------------------------------
     def _kernel(
-        self, key: str, source: str, n: int, args: list, inner: int = 0
+        self, key: str, source: str, n: int, args: list, inner: int = 0, launch=None
     ) -> Callable[[], None]:
         fn, path = load_kernel(source, "cuda", self.capability)
         self.kernel_paths[key] = path
         bound = tuple(self.views[v] if kind == "t" else int(v) for kind, v in args)
-        if inner:  # rows x inner: blocks along x cover a row, along y the rows
+        if launch:  # a tiled kernel written for exactly this grid and block
+            launch = fn[tuple(launch[0]), int(launch[1]), self.stream]
+        elif inner:  # rows x inner: blocks along x cover a row, along y the rows
             gx = max(1, min(-(-inner // THREADS), MAX_BLOCKS))
             gy = max(1, min(n // inner, 65535, MAX_BLOCKS * 8 // gx))
             launch = fn[(gx, gy), THREADS, self.stream]
@@ -114,7 +116,14 @@ class CudaRuntime:
         if step["kind"] == "kernel":
             self.launches += 1
             src = self.plan.kernels[step["kernel"]]["cuda"]
-            return self._kernel(step["kernel"], src, step["n"], step["args"], step.get("inner", 0))
+            return self._kernel(
+                step["kernel"],
+                src,
+                step["n"],
+                step["args"],
+                step.get("inner", 0),
+                step.get("launch"),
+            )
         parts = []
         if step["prologue"]:
             parts.append(self._bind(step["prologue"]))

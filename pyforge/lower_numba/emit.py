@@ -128,6 +128,9 @@ class KernelCall:
     inner: int = 0  # > 0: iterations are rows x inner (a 2-d launch on cuda)
     writes: list[str] = field(default_factory=list)
     pointwise_reads: list[str] = field(default_factory=list)  # read only at the written index
+    # cuda: an explicit (grid, threads per block) for kernels written for one launch shape
+    # (tiled, shared memory); None: the grid-stride launch every other kernel takes
+    launch: tuple | None = None
 
 
 @dataclass

@@ -10,8 +10,9 @@ from ..errors import UnsupportedOperatorError
 from ..frontend.ops_shape import VIEW_OPS
 from ..ir import Graph, Node, Value
 from .emit import SPECIALIZE, KernelBuilder, KernelCall, broadcast_strides, type_name
+from .implicit_conv import Tile, implicit_conv, workspace_floats
 from .scalar import SCALAR, lit
-from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES, im2col
+from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES, _spatial2d, _window2d, im2col
 from .templates_nhwc import im2col_nhwc
 
 GEMM_OPS = {"Gemm", "MatMul", "Conv", "ConvNHWC"}
@@ -47,6 +48,9 @@ class GemmCall:
     # the epilogue as BLAS-library terms (bias vector, residual C, activation) when it is exactly
     # expressible so; a target whose GEMM library has such epilogues may skip the kernel
     pattern: dict | None = None
+    # a dense NCHW conv's geometry (im2col "x" -> "col"): lets a target run its own im2col in
+    # place of the generic prologue kernel (the cpu target's row-copy im2col)
+    conv: dict | None = None
 
 
 @dataclass
@@ -185,12 +189,17 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
         node.attrs["pads"]
     )
     src = prog.add(x)
+    conv = None
     if not pointwise:
         src = prog.temp(f"{y.name}::col", (x.shape[0], kk, p), x.dtype)
         kb = KernelBuilder(f"im2col {node.name}")
         im2col(node, kb, (x.shape[0], kk, p))
         prologue = kb.build(x.shape[0] * kk * p)
         prologue.writes = [src]
+        (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
+        (h, w), (oh, ow) = _spatial2d(x.shape), _spatial2d(y.shape)
+        geometry = (x.shape[0], x.shape[1], h, w, kh, kw, sh, sw, pads[0], pads[1], dh, dw, oh, ow)
+        conv = {"x": prog.add(x), "col": src, "geometry": [int(v) for v in geometry]}
     return GemmCall(
         prog.add(b),
         src,
@@ -207,25 +216,39 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
         stride_d=co * p,
         label=f"Conv {node.name}",
         prologue=prologue,
+        conv=conv,
     )
+
+
+def _nhwc_gemm_form(node: Node) -> str:
+    """How a ConvNHWC becomes a GEMM: "matrix" (x already is col), "strided" (a strided batched
+    GEMM over rows) or "im2col" (a gather first)."""
+    x, y = node.inputs[0], node.outputs[0]
+    (kh, kw), (sh, sw) = node.attrs["kernel_shape"], node.attrs["strides"]
+    pointwise = kh == kw == 1 and not any(node.attrs["pads"])
+    if pointwise and sh == sw == 1:
+        return "matrix"
+    # stride s: every s-th pixel of every s-th row, no copy; but one small GEMM per output row
+    # loses to gather + one GEMM once rows are short (measured on the H200: 33 us at ow=7)
+    if pointwise and x.shape[1] == y.shape[1] * sh and y.shape[2] >= 28:
+        return "strided"
+    return "im2col"
 
 
 def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
     """Channels last: D[n*P, Co] = col[n*P, K] @ W[Co, K]^T, K ordered (ky, kx, c)."""
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
-    n_, h, wd, c = x.shape
+    n_, _, wd, c = x.shape
     _, oh, ow, co = y.shape
     (kh, kw), (sh, sw) = node.attrs["kernel_shape"], node.attrs["strides"]
     kk = kh * kw * c
-    pointwise = kh == kw == 1 and not any(node.attrs["pads"])
     label = f"Conv {node.name}"
-    if pointwise and sh == sw == 1:  # the activation is already the [P, C] matrix
+    form = _nhwc_gemm_form(node)
+    if form == "matrix":  # the activation is already the [P, C] matrix
         return GemmCall(
             prog.add(x), prog.add(w), d, n_ * oh * ow, co, c, c, c, co, trans_b=True, label=label
         )
-    # stride s: every s-th pixel of every s-th row, no copy; but one small GEMM per output row
-    # loses to gather + one GEMM once rows are short (measured on the H200: 33 us at ow=7)
-    if pointwise and h == oh * sh and ow >= 28:
+    if form == "strided":
         return GemmCall(
             prog.add(x),
             prog.add(w),
@@ -308,7 +331,35 @@ def _library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict 
     return None if rest else pat
 
 
-def _lower_group(node: Node, prog: Program) -> None:
+def _implicit_conv_step(
+    anchor: Node, epilogue: list[Node], in_place: bool, d: str, prog: Program, conv: tuple
+) -> KernelCall | None:
+    """The conv group as one implicit-GEMM kernel, when asked for and its epilogue is bias /
+    residual / Relu (else None: im2col + GEMM)."""
+    mode, tile = conv
+    y = anchor.outputs[0]
+    if mode == "im2col" or anchor.op != "ConvNHWC" or _nhwc_gemm_form(anchor) != "im2col":
+        return None
+    if y.dtype != np.float32 or anchor.inputs[1].const is None:
+        return None
+    pat = None
+    if epilogue:
+        pat = _library_epilogue(anchor, epilogue, prog) if in_place else None
+        if pat is None or pat["act"] not in (None, "relu"):
+            return None
+    x, w = prog.add(anchor.inputs[0]), prog.add(anchor.inputs[1])
+    call = implicit_conv(anchor, x, w, d, pat, Tile.parse(tile) if tile else None)
+    floats = workspace_floats(call)
+    if floats:
+        (gx, gy, _), _ = call.launch
+        ws = prog.temp(f"{d}::ws", (floats,), np.float32)
+        cnt = f"{d}::count"
+        prog.tensors[cnt] = TensorInfo((gx * gy,), np.dtype(np.int32), np.zeros(gx * gy, np.int32))
+        call.args += [("t", ws), ("t", cnt)]
+    return call
+
+
+def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> None:
     members: list[Node] = node.attrs["members"]
     anchor: Node | None = node.attrs["anchor"]
     outs = node.outputs
@@ -338,6 +389,10 @@ def _lower_group(node: Node, prog: Program) -> None:
             and (outs[0].shape == a_out.shape and outs[0].dtype == a_out.dtype)
         )
         d = prog.add(outs[0]) if in_place else prog.add(a_out)
+        implicit = _implicit_conv_step(anchor, epilogue, in_place, d, prog, conv)
+        if implicit is not None:
+            prog.steps.append(implicit)
+            return
         gemm_call = _gemm_for(anchor, prog, d)
         prog.steps.append(gemm_call)
         if not epilogue:
@@ -367,15 +422,21 @@ def _lower_group(node: Node, prog: Program) -> None:
     prog.steps.append(call)
 
 
-def lower_graph(graph: Graph, specialize: bool = False) -> Program:
+def lower_graph(
+    graph: Graph, specialize: bool = False, conv: str = "im2col", conv_tile: str | None = None
+) -> Program:
     """Fused graph -> Program. Every non-view node must be a Fused group by now.
 
-    ``specialize`` bakes shapes into the kernel sources (see emit.SPECIALIZE)."""
+    ``specialize`` bakes shapes into the kernel sources (see emit.SPECIALIZE). ``conv``:
+    "im2col" (gather + GEMM) or "implicit" (one implicit-GEMM kernel per channels-last conv
+    group that would need the gather; ``conv_tile`` forces its tile, as Tile.parse reads)."""
+    if conv not in ("im2col", "implicit"):
+        raise ValueError(f"conv={conv!r}: use 'im2col' or 'implicit'")
     with SPECIALIZE(specialize):
-        return _lower_graph(graph)
+        return _lower_graph(graph, (conv, conv_tile))
 
 
-def _lower_graph(graph: Graph) -> Program:
+def _lower_graph(graph: Graph, conv: tuple) -> Program:
     prog = Program()
     for v in graph.inputs:
         prog.inputs.append(prog.add(v))
@@ -385,7 +446,7 @@ def _lower_graph(graph: Graph) -> Program:
             out = node.outputs[0]
             prog.tensors[out.name] = TensorInfo(out.shape, np.dtype(out.dtype), alias=src)
         elif node.op == "Fused":
-            _lower_group(node, prog)
+            _lower_group(node, prog, conv)
         else:
             raise UnsupportedOperatorError(node.op, node.name, node.opset, "not lowered")
     for v in graph.outputs:

@@ -25,14 +25,15 @@ SMS = 132  # streaming multiprocessors of an H200: enough blocks to fill them is
 
 @dataclass(frozen=True)
 class Tile:
-    """Block tile BM x BN over K chunks of BK, TM x TN outputs per thread, K split ``split`` ways."""
+    """Block tile BM x BN over K chunks of BK, TM x TN outputs per thread, K split ``split`` ways
+    (0: as many as keep the GPU busy, see split_for)."""
 
-    bm: int = 64
-    bn: int = 64
+    bm: int = 32
+    bn: int = 32
     bk: int = 16
     tm: int = 4
     tn: int = 4
-    split: int = 1
+    split: int = 0
 
     @property
     def threads(self) -> int:
@@ -40,27 +41,27 @@ class Tile:
 
     @classmethod
     def parse(cls, text: str) -> Tile:
-        """ "64x64x16/4x4" or "64x64x16/4x4/s4" (BMxBNxBK/TMxTN/split)."""
+        """ "32x32x16/4x4" or "32x32x16/4x4/s4" (BMxBNxBK/TMxTN/split)."""
         parts = text.split("/")
         bm, bn, bk = (int(v) for v in parts[0].split("x"))
         tm, tn = (int(v) for v in parts[1].split("x"))
-        split = int(parts[2][1:]) if len(parts) > 2 else 1
+        split = int(parts[2][1:]) if len(parts) > 2 else 0
         return cls(bm, bn, bk, tm, tn, split)
 
     def __str__(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}/s{self.split}"
 
 
-def choose_tile(m: int, co: int, k: int) -> Tile:
-    """The largest tile that still gives every SM a block, K split when even the smallest cannot."""
-    for t in (Tile(128, 64, 16, 8, 4), Tile(64, 64, 16, 4, 4), Tile(64, 32, 16, 4, 4)):
-        if -(-m // t.bm) * -(-co // t.bn) >= SMS:
-            return t
-    t = Tile(32, 32, 16, 4, 4)
-    tiles = -(-m // t.bm) * -(-co // t.bn)
-    steps = -(-k // t.bk)
-    split = max(1, min(2 * SMS // tiles, steps // 8))
-    return Tile(t.bm, t.bn, t.bk, t.tm, t.tn, split)
+# Batch-1 convs have few output tiles: with one block per tile an SM held 2-4 warps and the
+# kernel was latency-bound (H200: about 2.5 us per K chunk, whatever the tile). Splitting K
+# until the GPU holds about this many threads, at least MIN_CHUNKS chunks per split, is the fix.
+BUSY_THREADS = SMS * 16 * 32
+MIN_CHUNKS = 4
+
+
+def split_for(t: Tile, tiles: int, chunks: int) -> int:
+    want = -(-BUSY_THREADS // (tiles * t.threads))
+    return max(1, min(want, chunks // MIN_CHUNKS))
 
 
 def _check(t: Tile) -> None:
@@ -90,11 +91,12 @@ def implicit_conv(
     dh, dw = node.attrs["dilations"]
     pt, pl = node.attrs["pads"][0], node.attrs["pads"][1]
     m, k = n_ * oh * ow, kh * kw * c
-    t = tile or choose_tile(m, co, k)
+    t = tile or Tile()
     _check(t)
     fast = c % t.bk == 0
     nk = kh * kw * (c // t.bk) if fast else -(-k // t.bk)
-    per = -(-nk // t.split)
+    split = t.split or split_for(t, -(-m // t.bm) * -(-co // t.bn), nk)
+    per = -(-nk // split)
     t = Tile(t.bm, t.bn, t.bk, t.tm, t.tn, -(-nk // per))  # no empty split
     pat = pattern or {"bias": None, "residual": None, "act": None}
     const = dict(
@@ -265,14 +267,14 @@ def _cuda_source(
     e("    more = kt + 1 < kt1")
     e("    if more:")
     gather(2, "kt + 1")
-    e(f"    for q in range({bk}):")
-    for i in range(t.tm):
-        e(f"        a{i} = sa[q * {sa} + ty + {i * bmt}]")
-    for j in range(t.tn):
-        e(f"        b{j} = sb[q * {sb} + tx + {j * bnt}]")
-    for i in range(t.tm):
+    for q in range(bk):  # unrolled: every shared offset is the thread's base plus a constant
+        for i in range(t.tm):
+            e(f"    a{i} = sa[ty + {q * sa + i * bmt}]")
         for j in range(t.tn):
-            e(f"        acc{i}_{j} += a{i} * b{j}")
+            e(f"    b{j} = sb[tx + {q * sb + j * bnt}]")
+        for i in range(t.tm):
+            for j in range(t.tn):
+                e(f"    acc{i}_{j} += a{i} * b{j}")
     e("    cuda.syncthreads()")
     e("    if more:")
     stage(2)

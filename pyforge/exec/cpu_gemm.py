@@ -17,10 +17,12 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
+from numba import cfunc
 
 from ..lower_numba.cache import load_kernel
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+SPLIT_MIN = 1 << 18  # multiply-adds below which one thread runs the whole GEMM
 
 # (symbol, integer type): numpy's wheels bundle an ILP64 OpenBLAS with prefixed names; other
 # builds (distro, conda) export the plain CBLAS names with 32-bit integers
@@ -29,7 +31,13 @@ _SYMBOLS = (
     ("cblas_{t}gemm64_", ctypes.c_int64),
     ("cblas_{t}gemm", ctypes.c_int),
 )
-_FOUND: dict[str, object] = {}
+_FOUND: dict[str, tuple] = {}
+
+
+@cfunc("int32(int32)")
+def _keep_threads(n):
+    """Stands in for ``openblas_set_num_threads_local`` where the BLAS has none."""
+    return n
 
 
 def _loaded_libraries() -> list[str]:
@@ -46,15 +54,20 @@ def _loaded_libraries() -> list[str]:
 
 def cblas_gemm(dtype: np.dtype) -> object | None:
     """A ctypes CBLAS ``sgemm``/``dgemm`` for ``dtype`` (float32/float64), or None."""
+    return _blas(dtype)[0]
+
+
+def _blas(dtype: np.dtype) -> tuple:
+    """(gemm or None, the BLAS's per-thread thread-count setter or None)."""
     t = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}.get(np.dtype(dtype))
     if t is None:
-        return None
+        return None, None
     if t not in _FOUND:
         _FOUND[t] = _find(t)
     return _FOUND[t]
 
 
-def _find(t: str) -> object | None:
+def _find(t: str) -> tuple:
     real = ctypes.c_float if t == "s" else ctypes.c_double
     vp, enum = ctypes.c_void_p, ctypes.c_int
     for path in _loaded_libraries():
@@ -69,23 +82,46 @@ def _find(t: str) -> object | None:
             proto = ctypes.CFUNCTYPE(
                 None, enum, enum, enum, it, it, it, real, vp, it, vp, it, real, vp, it
             )
-            return proto(ctypes.cast(fn, vp).value)
-    return None
+            local = getattr(lib, "openblas_set_num_threads_local", None)
+            threads = None
+            if local is not None:
+                threads = ctypes.CFUNCTYPE(enum, enum)(ctypes.cast(local, vp).value)
+            return proto(ctypes.cast(fn, vp).value), threads
+    return None, None
 
 
 _DRIVER = """\
 import sys
 import numpy as np
-from numba import njit
+from numba import njit, prange
 {imports}
 
-@njit(nogil=True, cache=True)
-def kernel(gemm, g, alpha, beta, {params}):
+@njit(nogil=True, cache=True, parallel=True)
+def kernel(gemm, threads, g, alpha, beta, parts, {params}):
 {prologue}    isz = {itemsize}
-    for bi in range(g[6]):
-        gemm({row_major}, g[10], g[11], g[0], g[1], g[2], alpha, a.ctypes.data + bi * g[7] * isz,
-             g[3], b.ctypes.data + bi * g[8] * isz, g[4], beta, d.ctypes.data + bi * g[9] * isz,
-             g[5])
+    m, n = g[0], g[1]
+    rows = m >= n
+    step = ((m if rows else n) + parts - 1) // parts
+    for part in prange(parts):
+        lo = part * step
+        hi = min(m if rows else n, lo + step)
+        if hi > lo:
+            before = threads(1)
+            for bi in range(g[6]):
+                a0 = a.ctypes.data + bi * g[7] * isz
+                b0 = b.ctypes.data + bi * g[8] * isz
+                d0 = d.ctypes.data + bi * g[9] * isz
+                if rows:  # rows lo..hi of A and D
+                    a0 += (lo * g[3] if g[10] == {no_trans} else lo) * isz
+                    d0 += lo * g[5] * isz
+                    gemm({row_major}, g[10], g[11], hi - lo, n, g[2], alpha, a0, g[3], b0, g[4],
+                         beta, d0, g[5])
+                else:  # columns lo..hi of B and D
+                    b0 += (lo if g[11] == {no_trans} else lo * g[4]) * isz
+                    d0 += lo * isz
+                    gemm({row_major}, g[10], g[11], m, hi - lo, g[2], alpha, a0, g[3], b0, g[4],
+                         beta, d0, g[5])
+            threads(before)
 {residual}{epilogue}"""
 
 _RESIDUAL = """\
@@ -113,7 +149,7 @@ def bind_gemm_step(
 
     ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step."""
     dtype = views[step["d"]].dtype
-    gemm = cblas_gemm(dtype)
+    gemm, threads = _blas(dtype)
     if gemm is None or not _valid(step) or any(views[step[t]].dtype != dtype for t in "ab"):
         return None
     names: list[str] = []
@@ -125,8 +161,14 @@ def bind_gemm_step(
         return names[-1]
 
     imports, calls = [], {}
+    conv = step.get("conv")
+    if conv and views[conv["x"]].dtype == dtype:  # the row-copy im2col in place of the kernel
+        imports.append("from pyforge.exec.cpu_conv import im2col_nchw")
+        ps = [param(views[conv["x"]], "x"), param(views[conv["col"]], "x")]
+        ps.append(param(np.array(conv["geometry"], np.int64), "x"))
+        calls["prologue"] = f"    im2col_nchw({', '.join(ps)})\n"
     for part in ("prologue", "epilogue"):
-        if step[part] is None:
+        if step[part] is None or part in calls:
             continue
         module, _, n, args = kernel_fn(step[part])
         imports.append(f'{part} = sys.modules["{module}"].kernel')
@@ -148,6 +190,7 @@ def bind_gemm_step(
         residual=residual,
         itemsize=dtype.itemsize,
         row_major=ROW_MAJOR,
+        no_trans=NO_TRANS,
     )
     driver, _ = load_kernel(source, "cpu")
     # a driver loaded from Numba's disk cache calls its parallel kernels' compiled code directly,
@@ -175,4 +218,11 @@ def bind_gemm_step(
     )
     alpha, beta = dtype.type(step["alpha"]), dtype.type(0)
     args = tuple(values)
-    return lambda: driver(gemm, g, alpha, beta, *args)
+    # Numba's threads each run one slice of the GEMM with a single-threaded BLAS call: one
+    # thread pool, not two (OpenBLAS's idle workers spin and starve Numba's, and the reverse:
+    # measured stalls of 24 ms on a 2 ms GEMM). Without a per-thread setter, BLAS threads alone.
+    parts = 1
+    if threads is not None and step["m"] * step["n"] * step["k"] >= SPLIT_MIN:
+        parts = numba.get_num_threads()
+    threads = threads or _keep_threads.ctypes
+    return lambda: driver(gemm, threads, g, alpha, beta, parts, *args)

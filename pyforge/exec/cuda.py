@@ -24,6 +24,14 @@ MAX_BLOCKS = 132 * 16  # grid-stride loops cover the rest; enough blocks to fill
 WORKSPACE_BYTES = 32 << 20
 
 
+def _host_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Pinned host memory for copies; an empty tensor gets a plain array (pinning zero bytes
+    gives a null buffer, which Numba refuses: "null buffer pointer")."""
+    if int(np.prod(shape, dtype=np.int64)) == 0:
+        return np.empty(shape, dtype)
+    return cuda.pinned_array(shape, dtype)
+
+
 def _pointer(arr) -> int:
     return int(arr.__cuda_array_interface__["data"][0])
 
@@ -80,8 +88,7 @@ class CudaRuntime:
         )
         self.calls = [self._bind(step) for step in plan.steps]
         self.host_out = {
-            n: cuda.pinned_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype))
-            for n in plan.outputs
+            n: _host_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype)) for n in plan.outputs
         }
         self.graph = None
         self._staging = None
@@ -205,12 +212,14 @@ class CudaRuntime:
         if self.graph is not None:
             return self._run_graph(feeds)
         for name, arr in feeds.items():
-            self.views[name].copy_to_device(
-                np.ascontiguousarray(arr).reshape(-1), stream=self.stream
-            )
+            if arr.size:  # an empty tensor has no buffer to copy
+                self.views[name].copy_to_device(
+                    np.ascontiguousarray(arr).reshape(-1), stream=self.stream
+                )
         self._launch_all()
         for name in self.plan.outputs:
-            self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
+            if self.host_out[name].size:
+                self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
         self.stream.synchronize()
         return {name: self.host_out[name].copy() for name in self.plan.outputs}
 
@@ -221,7 +230,7 @@ class CudaRuntime:
         if self._staging is None:
             self._staging = {
                 n: (
-                    cuda.pinned_array(self.plan.slots[n].shape, np.dtype(self.plan.slots[n].dtype)),
+                    _host_array(self.plan.slots[n].shape, np.dtype(self.plan.slots[n].dtype)),
                     _pointer(self.views[n]),
                     self.plan.slots[n].nbytes,
                 )

@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
+from onnx import helper, numpy_helper
 
 import pyforge
 from pyforge.models import MODELS, cached_model, random_inputs
-from tests.helpers import check_against_ort
+from tests.helpers import check_against_ort, make_model
 
 pytestmark = pytest.mark.gpu
 
@@ -68,3 +69,19 @@ def test_tf32_error_is_stated():
         path, random_inputs(path, seed=6), target="cuda", precision="tf32", rtol=5e-2, atol=5e-2
     )
     print(f"tf32 max abs error vs ORT fp32: {err:.3g}")
+
+
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "steps"])
+def test_empty_tensors_on_cuda(graph):
+    """An empty input and an empty output (zero-byte buffers: nothing to pin or copy)."""
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)
+    empty = helper.make_node("Identity", ["x"], ["same"])
+    model = make_model(
+        [node, empty],
+        [("x", np.float32, [2, 0, 4])],
+        [("y", np.float32, [2, 1, 4]), ("same", np.float32, [2, 0, 4])],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes")],
+        opset=18,
+    )
+    x = {"x": np.zeros((2, 0, 4), np.float32)}
+    check_against_ort(model, x, target="cuda", graph=graph)

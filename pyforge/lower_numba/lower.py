@@ -13,7 +13,7 @@ from .emit import SPECIALIZE, KernelBuilder, KernelCall, broadcast_strides, type
 from .implicit_conv import Tile, implicit_conv, workspace_floats
 from .scalar import SCALAR, lit
 from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES, _spatial2d, _window2d, im2col
-from .templates_nhwc import im2col_nhwc, im2col_nhwc_warp
+from .templates_nhwc import im2col_nhwc, im2col_nhwc_vector
 
 GEMM_OPS = {"Gemm", "MatMul", "Conv", "ConvNHWC"}
 
@@ -270,7 +270,7 @@ def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
     kb = KernelBuilder(f"im2col {node.name}")
     size = im2col_nhwc(node, kb)
     prologue = kb.build(size)
-    im2col_nhwc_warp(node, prologue)
+    im2col_nhwc_vector(node, prologue)
     prologue.writes = [col]
     return GemmCall(
         col,

@@ -25,88 +25,82 @@ def im2col_nhwc(node: Node, kb: KernelBuilder) -> int:
     return n_ * oh_ * ow_ * kh * kw * c_
 
 
-_IM2COL_WARP = """\
+_IM2COL_VECTOR = """\
 from numba import cuda
 
 
 @cuda.jit(cache=True)
 def kernel(n, t0, t1):
-    # each thread moves {per} elements 32 apart: every load and store of a warp touches 32
-    # consecutive column elements, and a thread has all {per} loads in flight before it stores
+    # one thread per (pixel, tap, {v} channels): {v} independent loads in flight per thread
     w = cuda.grid(1)
-    e = (w // 32) * {chunk} + w % 32
-    while e < {total}:
+    while w < {total}:
+        g = w % {groups}
+        t = w // {groups}
+        kx = t % {kw}
+        t = t // {kw}
+        ky = t % {kh}
+        p = t // {kh}
+        ow = p % {ow}
+        t = p // {ow}
+        oh = t % {oh}
+        b = t // {oh}
+        ih = oh * {sh} - {ph} + ky * {dh}
+        iw = ow * {sw} - {pw} + kx * {dw}
+        d = w * {v}
+        if ih >= 0 and ih < {h} and iw >= 0 and iw < {w}:
+            s = ((b * {h} + ih) * {w} + iw) * {c} + g * {v}
 {loads}
 {stores}
-        e += (cuda.gridsize(1) // 32) * {chunk}
+        else:
+{zeros}
+        w += cuda.gridsize(1)
 """
 
-_IM2COL_LOAD = """\
-        e{k} = e + {off}
-        a{k} = {zero}
-        if e{k} < {total}:
-            c{k} = e{k} % {c}
-            r{k} = e{k} // {c}
-            kx{k} = r{k} % {kw}
-            r{k} = r{k} // {kw}
-            ky{k} = r{k} % {kh}
-            p{k} = r{k} // {kh}
-            ow{k} = p{k} % {ow}
-            r{k} = p{k} // {ow}
-            oh{k} = r{k} % {oh}
-            b{k} = r{k} // {oh}
-            ih{k} = oh{k} * {sh} - {ph} + ky{k} * {dh}
-            iw{k} = ow{k} * {sw} - {pw} + kx{k} * {dw}
-            if ih{k} >= 0 and ih{k} < {h} and iw{k} >= 0 and iw{k} < {w}:
-                a{k} = t0[((b{k} * {h} + ih{k}) * {w} + iw{k}) * {c} + c{k}]"""
 
+def im2col_nhwc_vector(node: Node, call: KernelCall) -> None:
+    """Give an im2col call (shapes specialised) a cuda kernel copying channel runs of 8/4/2.
 
-def im2col_nhwc_warp(node: Node, call: KernelCall, per_thread: int = 8) -> None:
-    """Give an im2col call (shapes specialised) a cuda kernel moving ``per_thread`` elements per
-    thread, warp-coalesced. The generic kernel moves one element per thread, its load then its
-    store, in blocks that finish at once: latency-bound (ResNet-50 layer1 on the H200: 22 us to
-    write 7 MB). Here loads are issued together, so more memory requests are in flight."""
+    The generic kernel moves one element per thread: one load, then its store, in blocks that
+    finish at once, so it is latency-bound (ResNet-50 layer1 on the H200: 22 us to write 7 MB).
+    Channels are contiguous in both the input and the column matrix, so a thread can copy a
+    run of them, issuing all its loads before its stores."""
     x, y = node.inputs[0], node.outputs[0]
-    if [a[0] for a in call.args] != ["t", "t"]:  # run-time shape params: keep the generic one
+    c_ = x.shape[3]
+    v = next((v for v in (8, 4, 2) if c_ % v == 0), 0)
+    if not v or [a[0] for a in call.args] != ["t", "t"]:  # odd C, or run-time shape params
         return
     (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
-    total = call.n
-    zero = lit(0, type_name(x.dtype))
-    geometry = dict(
-        total=total,
-        c=x.shape[3],
-        kw=kw,
-        kh=kh,
-        ow=y.shape[2],
-        oh=y.shape[1],
-        sh=sh,
-        sw=sw,
-        ph=pads[0],
-        pw=pads[1],
-        dh=dh,
-        dw=dw,
-        h=x.shape[1],
-        w=x.shape[2],
-        zero=zero,
-    )
-    loads = [_IM2COL_LOAD.format(k=k, off=32 * k, **geometry) for k in range(per_thread)]
-    stores = [f"        if e{k} < {total}:\n            t1[e{k}] = a{k}" for k in range(per_thread)]
+    total = y.shape[0] * y.shape[1] * y.shape[2] * kh * kw * (c_ // v)
+    pad = " " * 12
     src = (
         _HEADER
         + "\n"
-        + _IM2COL_WARP.format(
-            per=per_thread,
-            chunk=32 * per_thread,
+        + _IM2COL_VECTOR.format(
+            v=v,
             total=total,
-            loads="\n".join(loads),
-            stores="\n".join(stores),
+            groups=c_ // v,
+            kh=kh,
+            kw=kw,
+            ow=y.shape[2],
+            oh=y.shape[1],
+            sh=sh,
+            sw=sw,
+            ph=pads[0],
+            pw=pads[1],
+            dh=dh,
+            dw=dw,
+            h=x.shape[1],
+            w=x.shape[2],
+            c=c_,
+            loads="\n".join(f"{pad}a{k} = t0[s + {k}]" for k in range(v)),
+            stores="\n".join(f"{pad}t1[d + {k}] = a{k}" for k in range(v)),
+            zeros="\n".join(f"{pad}t1[d + {k}] = 0" for k in range(v)),
         )
     )
-    threads = -(-total // per_thread)
     call.source_cuda = src
     call.key = hashlib.sha1(call.source_cpu.encode() + src.encode()).hexdigest()[:16]
     call.inner = 0
-    call.launch = ((max(1, min(-(-threads // 256), 132 * 32)),), 256)
+    call.launch = ((max(1, min(-(-total // 256), 132 * 32)),), 256)
 
 
 def pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:

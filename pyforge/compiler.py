@@ -35,7 +35,7 @@ def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
         if step.pattern:
             names += [t for t in (step.pattern["bias"], step.pattern["residual"]) if t]
         return names
-    return [v for kind, v in step.args if kind == "t"]
+    return [v for kind, v in step.args if kind in ("t", "w")]
 
 
 def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str, Any]:

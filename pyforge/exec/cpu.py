@@ -106,7 +106,8 @@ class CpuRuntime:
         """(module name, compiled kernel, n, arguments) of a kernel step."""
         fn, path = load_kernel(self.plan.kernels[step["kernel"]]["cpu"], "cpu")
         self.kernel_paths[step["kernel"]] = path
-        args = tuple(self.views[v] if kind == "t" else np.int64(v) for kind, v in step["args"])
+        # "w" (a 16-byte view on cuda) is the plain tensor here
+        args = tuple(self.views[v] if kind in "tw" else np.int64(v) for kind, v in step["args"])
         return module_name(path, "cpu"), fn, step["n"], args
 
     def _kernel(self, step: dict) -> Callable[[], None]:

@@ -32,6 +32,16 @@ def _host_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return cuda.pinned_array(shape, dtype)
 
 
+def _arg(views: dict, kind: str, value):
+    """A kernel argument: a tensor ("t"), the same tensor as 16-byte elements ("w": a kernel
+    moving 4 float32 per load), or an int ("i")."""
+    if kind == "t":
+        return views[value]
+    if kind == "w":
+        return views[value].view(np.complex128)
+    return int(value)
+
+
 def _pointer(arr) -> int:
     return int(arr.__cuda_array_interface__["data"][0])
 
@@ -108,7 +118,7 @@ class CudaRuntime:
     ) -> Callable[[], None]:
         fn, path = load_kernel(source, "cuda", self.capability)
         self.kernel_paths[key] = path
-        bound = tuple(self.views[v] if kind == "t" else int(v) for kind, v in args)
+        bound = tuple(_arg(self.views, kind, v) for kind, v in args)
         if launch:  # a tiled kernel written for exactly this grid and block
             launch = fn[tuple(launch[0]), int(launch[1]), self.stream]
         elif inner:  # rows x inner: blocks along x cover a row, along y the rows

@@ -123,7 +123,8 @@ class KernelCall:
     source_cuda: str
     key: str
     n: int
-    args: list[tuple[str, object]]  # ("t", tensor name) | ("i", int)
+    # ("t", tensor name) | ("w", tensor name: as 16-byte elements on cuda) | ("i", int)
+    args: list[tuple[str, object]]
     label: str = ""
     inner: int = 0  # > 0: iterations are rows x inner (a 2-d launch on cuda)
     writes: list[str] = field(default_factory=list)

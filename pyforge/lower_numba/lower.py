@@ -464,7 +464,7 @@ def _refuse_float16(prog: Program) -> None:
             if call is None:
                 continue
             for kind, name in call.args:
-                if kind == "t" and prog.tensors[name].dtype == np.float16:
+                if kind in ("t", "w") and prog.tensors[name].dtype == np.float16:
                     op, _, where = call.label.partition(" ")
                     raise UnsupportedOperatorError(
                         op, where, None, f"float16 tensor {name!r}: no float16 kernels"

@@ -51,7 +51,7 @@ def _conv(attrs, cin=2, cout=3, size=5):
 CASES = {
     "conv3x3_im2col_gemm_epilogue": lambda: _conv(dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
     "conv1x1_gemm": lambda: _conv(dict(kernel_shape=[1, 1])),
-    # 3 channels: the im2col kernel copying whole window rows (the ResNet stem's case)
+    # 3 channels (the ResNet stem's case): the generic im2col kernel, stride 2, uneven pads
     "conv3x3_s2_c3_row_im2col": lambda: _conv(
         dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0]), cin=3, cout=2, size=5
     ),

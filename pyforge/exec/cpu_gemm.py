@@ -58,10 +58,10 @@ def cblas_gemm(dtype: np.dtype) -> object | None:
 
 
 def _blas(dtype: np.dtype) -> tuple:
-    """(gemm or None, the BLAS's per-thread thread-count setter or None)."""
+    """(gemm, gemv, the BLAS's per-thread thread-count setter), each None where missing."""
     t = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}.get(np.dtype(dtype))
     if t is None:
-        return None, None
+        return None, None, None
     if t not in _FOUND:
         _FOUND[t] = _find(t)
     return _FOUND[t]
@@ -86,8 +86,14 @@ def _find(t: str) -> tuple:
             threads = None
             if local is not None:
                 threads = ctypes.CFUNCTYPE(enum, enum)(ctypes.cast(local, vp).value)
-            return proto(ctypes.cast(fn, vp).value), threads
-    return None, None
+            gemv = getattr(lib, pattern.format(t=t).replace("gemm", "gemv"), None)
+            if gemv is not None:
+                gemv_proto = ctypes.CFUNCTYPE(
+                    None, enum, enum, it, it, real, vp, it, vp, it, real, vp, it
+                )
+                gemv = gemv_proto(ctypes.cast(gemv, vp).value)
+            return proto(ctypes.cast(fn, vp).value), gemv, threads
+    return None, None, None
 
 
 _DRIVER = """\
@@ -96,9 +102,14 @@ import numpy as np
 from numba import njit, prange
 {imports}
 
-@njit(nogil=True, cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel={parallel})
 def kernel(gemm, threads, g, alpha, beta, parts, {params}):
 {prologue}    isz = {itemsize}
+{product}{residual}{epilogue}"""
+
+# Numba's threads each run a slice of rows (or columns) of the GEMM with a single-threaded BLAS
+# call (``threads(1)``, restored after)
+_SPLIT_GEMM = """\
     m, n = g[0], g[1]
     rows = m >= n
     step = ((m if rows else n) + parts - 1) // parts
@@ -119,10 +130,17 @@ def kernel(gemm, threads, g, alpha, beta, parts, {params}):
                 else:  # columns lo..hi of B and D
                     b0 += (lo if g[11] == {no_trans} else lo * g[4]) * isz
                     d0 += lo * isz
-                    gemm({row_major}, g[10], g[11], m, hi - lo, g[2], alpha, a0, g[3], b0, g[4],
-                         beta, d0, g[5])
+                    gemm({row_major}, g[10], g[11], g[0], hi - lo, g[2], alpha, a0, g[3], b0,
+                         g[4], beta, d0, g[5])
             threads(before)
-{residual}{epilogue}"""
+"""
+
+# one row (m == 1): D = op(B)^T applied to A's row, as GEMV (GEMM would pack all of B per call)
+_GEMV = """\
+    for bi in range(g[6]):
+        gemm({row_major}, {op}, {rows}, {cols}, alpha, b.ctypes.data + bi * g[8] * isz, g[4],
+             a.ctypes.data + bi * g[7] * isz, {incx}, beta, d.ctypes.data + bi * g[9] * isz, 1)
+"""
 
 _RESIDUAL = """\
     for bi in range(g[6]):
@@ -149,7 +167,7 @@ def bind_gemm_step(
 
     ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step."""
     dtype = views[step["d"]].dtype
-    gemm, threads = _blas(dtype)
+    gemm, gemv, threads = _blas(dtype)
     if gemm is None or not _valid(step) or any(views[step[t]].dtype != dtype for t in "ab"):
         return None
     names: list[str] = []
@@ -182,15 +200,33 @@ def bind_gemm_step(
         names += ["c", "cbeta"]
         values += [views[step["c"]], dtype.type(step["beta"])]
         residual = _RESIDUAL
+    # Numba's threads each run one slice of the GEMM with a single-threaded BLAS call: one
+    # thread pool, not two (OpenBLAS's idle workers spin and starve Numba's, and the reverse:
+    # measured stalls of 24 ms on a 2 ms GEMM). Without a per-thread setter, BLAS threads alone.
+    # A small GEMM runs whole on the calling thread, in a serial driver: starting a parallel
+    # region costs more than it (mlp: 0.07 -> 0.23 ms per predict with parallel drivers).
+    parts = 1
+    if threads is not None and step["m"] * step["n"] * step["k"] >= SPLIT_MIN:
+        parts = numba.get_num_threads()
+    if parts == 1:  # the BLAS's own choice of threads
+        threads = None
+    threads = threads or _keep_threads.ctypes
+    product = _SPLIT_GEMM.format(row_major=ROW_MAJOR, no_trans=NO_TRANS)
+    if step["m"] == 1 and gemv is not None:
+        gemm, parts = gemv, 1
+        # B row-major [k, n] (transposed [n, k]): y[n] = B^T x (B x); x = A's row
+        op, rows, cols = (NO_TRANS, "g[1]", "g[2]") if step["trans_b"] else (TRANS, "g[2]", "g[1]")
+        incx = "g[3]" if step["trans_a"] else "1"
+        product = _GEMV.format(row_major=ROW_MAJOR, op=op, rows=rows, cols=cols, incx=incx)
     source = _DRIVER.format(
+        product=product,
+        parallel=parts > 1,
         imports="\n".join(imports),
         params=", ".join(names),
         prologue=calls.get("prologue", ""),
         epilogue=calls.get("epilogue", ""),
         residual=residual,
         itemsize=dtype.itemsize,
-        row_major=ROW_MAJOR,
-        no_trans=NO_TRANS,
     )
     driver, _ = load_kernel(source, "cpu")
     # a driver loaded from Numba's disk cache calls its parallel kernels' compiled code directly,
@@ -218,11 +254,4 @@ def bind_gemm_step(
     )
     alpha, beta = dtype.type(step["alpha"]), dtype.type(0)
     args = tuple(values)
-    # Numba's threads each run one slice of the GEMM with a single-threaded BLAS call: one
-    # thread pool, not two (OpenBLAS's idle workers spin and starve Numba's, and the reverse:
-    # measured stalls of 24 ms on a 2 ms GEMM). Without a per-thread setter, BLAS threads alone.
-    parts = 1
-    if threads is not None and step["m"] * step["n"] * step["k"] >= SPLIT_MIN:
-        parts = numba.get_num_threads()
-    threads = threads or _keep_threads.ctypes
     return lambda: driver(gemm, threads, g, alpha, beta, parts, *args)

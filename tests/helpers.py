@@ -59,3 +59,25 @@ def make_model(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return model
+
+
+def run_in_simulator(test_file: str, timeout: int = 900) -> None:
+    """Re-run ``test_file`` with pytest in a subprocess under Numba's CUDA simulator (which must
+    be on before numba is imported) and fail unless its cases pass."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    print(proc.stdout[-3000:], proc.stderr[-2000:])
+    assert proc.returncode == 0, "simulator cases failed"
+    assert " passed" in proc.stdout

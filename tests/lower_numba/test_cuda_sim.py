@@ -5,15 +5,13 @@ in a subprocess with NUMBA_ENABLE_CUDASIM=1; inside it the parametrised cases ru
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from onnx import helper
 
 from tests.frontend.test_ops import one_op, rand
-from tests.helpers import check_against_ort, make_model
+from tests.helpers import check_against_ort, make_model, run_in_simulator
 
 INSIDE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 inside_only = pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
@@ -22,19 +20,7 @@ inside_only = pytest.mark.skipif(not INSIDE, reason="runs inside the simulator s
 @pytest.mark.sim
 @pytest.mark.skipif(INSIDE, reason="this is the launcher")
 def test_simulator_suite():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    print(proc.stdout[-3000:], proc.stderr[-2000:])
-    assert proc.returncode == 0, "simulator cases failed"
-    assert " passed" in proc.stdout
+    run_in_simulator(__file__, timeout=1500)
 
 
 def _conv(attrs, cin=2, cout=3, size=5):

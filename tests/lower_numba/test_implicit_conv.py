@@ -5,15 +5,13 @@ NUMBA_ENABLE_CUDASIM=1, as in test_cuda_sim); the cpu source of the same step ru
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
 from tests.frontend.test_ops import rand
-from tests.helpers import check_against_ort, make_model
+from tests.helpers import check_against_ort, make_model, run_in_simulator
 
 INSIDE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 TARGET = "cuda" if INSIDE else "cpu"
@@ -75,19 +73,7 @@ CASES = {
 @pytest.mark.sim
 @pytest.mark.skipif(INSIDE, reason="this is the launcher")
 def test_implicit_conv_in_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
-    print(proc.stdout[-3000:], proc.stderr[-2000:])
-    assert proc.returncode == 0, "simulator cases failed"
-    assert " passed" in proc.stdout
+    run_in_simulator(__file__, timeout=900)
 
 
 @pytest.mark.parametrize("fusion", [True, False])

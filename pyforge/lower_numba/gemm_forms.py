@@ -1,0 +1,229 @@
+"""The GEMM form of each GEMM-anchored op: Gemm, MatMul, Conv (NCHW, im2col when not pointwise)
+and ConvNHWC (im2col, strided batched or plain), plus the epilogue as BLAS-library terms."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UnsupportedOperatorError
+from ..ir import Node, Value
+from .emit import KernelBuilder
+from .program import GemmCall, Program
+from .templates import _spatial2d, _window2d, im2col
+from .templates_nhwc import im2col_nhwc, im2col_nhwc_vector
+
+GEMM_OPS = {"Gemm", "MatMul", "Conv", "ConvNHWC"}
+
+
+def gemm_for(node: Node, prog: Program, d: str) -> GemmCall:
+    """The GEMM (with an im2col prologue for non-pointwise convs) computing the anchor into d."""
+    call = _gemm_call(node, prog, d)
+    call.label = call.label or f"{node.op} {node.name}"
+    return call
+
+
+def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
+    a, b = node.inputs[0], node.inputs[1]
+    if node.op == "Gemm":
+        at, bt = bool(node.attrs["transA"]), bool(node.attrs["transB"])
+        m, k = (a.shape[1], a.shape[0]) if at else a.shape
+        n = b.shape[0] if bt else b.shape[1]
+        call = GemmCall(prog.add(a), prog.add(b), d, m, n, k, a.shape[1], b.shape[1], n, at, bt)
+        call.alpha = node.attrs["alpha"]
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            c = node.inputs[2]
+            if tuple(c.shape) != (m, n):
+                raise UnsupportedOperatorError(
+                    node.op, node.name, node.opset, "run-time C needing broadcast"
+                )
+            call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
+        return call
+    if node.op == "MatMul":
+        sa, sb = a.shape, b.shape
+        k = sa[-1]
+        n = 1 if len(sb) == 1 else sb[-1]
+        ldb = 1 if len(sb) == 1 else n
+        if len(sb) <= 2:
+            m = int(np.prod(sa[:-1])) if len(sa) > 1 else 1
+            return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)
+        m = 1 if len(sa) == 1 else sa[-2]
+        batch = int(np.prod(sb[:-2]))
+        if len(sa) <= 2:
+            stride_a = 0
+        elif tuple(sa[:-2]) == tuple(sb[:-2]):
+            stride_a = m * k
+        else:
+            raise UnsupportedOperatorError(
+                node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}"
+            )
+        return GemmCall(
+            prog.add(a),
+            prog.add(b),
+            d,
+            m,
+            n,
+            k,
+            k,
+            n,
+            n,
+            batch=batch,
+            stride_a=stride_a,
+            stride_b=k * n,
+            stride_d=m * n,
+        )
+    if node.op == "ConvNHWC":
+        return _conv_nhwc(node, prog, d)
+    # dense Conv: W[Co, K] @ col[n][K, P] for every image n
+    x, y = a, node.outputs[0]
+    if len(x.shape) not in (3, 4):
+        raise UnsupportedOperatorError(
+            node.op, node.name, node.opset, f"{len(x.shape) - 2}-d convolution"
+        )
+    co, kk = b.shape[0], int(np.prod(b.shape[1:]))
+    p = int(np.prod(y.shape[2:]))
+    prologue = None
+    pointwise = all(v == 1 for v in node.attrs["kernel_shape"] + node.attrs["strides"]) and not any(
+        node.attrs["pads"]
+    )
+    src = prog.add(x)
+    conv = None
+    if not pointwise:
+        src = prog.temp(f"{y.name}::col", (x.shape[0], kk, p), x.dtype)
+        kb = KernelBuilder(f"im2col {node.name}")
+        im2col(node, kb, (x.shape[0], kk, p))
+        prologue = kb.build(x.shape[0] * kk * p)
+        prologue.writes = [src]
+        (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
+        (h, w), (oh, ow) = _spatial2d(x.shape), _spatial2d(y.shape)
+        geometry = (x.shape[0], x.shape[1], h, w, kh, kw, sh, sw, pads[0], pads[1], dh, dw, oh, ow)
+        conv = {"x": prog.add(x), "col": src, "geometry": [int(v) for v in geometry]}
+    return GemmCall(
+        prog.add(b),
+        src,
+        d,
+        co,
+        p,
+        kk,
+        kk,
+        p,
+        p,
+        batch=x.shape[0],
+        stride_a=0,
+        stride_b=kk * p,
+        stride_d=co * p,
+        label=f"Conv {node.name}",
+        prologue=prologue,
+        conv=conv,
+    )
+
+
+def nhwc_gemm_form(node: Node) -> str:
+    """How a ConvNHWC becomes a GEMM: "matrix" (x already is col), "strided" (a strided batched
+    GEMM over rows) or "im2col" (a gather first)."""
+    x, y = node.inputs[0], node.outputs[0]
+    (kh, kw), (sh, sw) = node.attrs["kernel_shape"], node.attrs["strides"]
+    pointwise = kh == kw == 1 and not any(node.attrs["pads"])
+    if pointwise and sh == sw == 1:
+        return "matrix"
+    # stride s: every s-th pixel of every s-th row, no copy; but one small GEMM per output row
+    # loses to gather + one GEMM once rows are short (measured on the H200: 33 us at ow=7)
+    if pointwise and x.shape[1] == y.shape[1] * sh and y.shape[2] >= 28:
+        return "strided"
+    return "im2col"
+
+
+def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
+    """Channels last: D[n*P, Co] = col[n*P, K] @ W[Co, K]^T, K ordered (ky, kx, c)."""
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    n_, _, wd, c = x.shape
+    _, oh, ow, co = y.shape
+    (kh, kw), (sh, sw) = node.attrs["kernel_shape"], node.attrs["strides"]
+    kk = kh * kw * c
+    label = f"Conv {node.name}"
+    form = nhwc_gemm_form(node)
+    if form == "matrix":  # the activation is already the [P, C] matrix
+        return GemmCall(
+            prog.add(x), prog.add(w), d, n_ * oh * ow, co, c, c, c, co, trans_b=True, label=label
+        )
+    if form == "strided":
+        return GemmCall(
+            prog.add(x),
+            prog.add(w),
+            d,
+            ow,
+            co,
+            c,
+            sw * c,
+            c,
+            co,
+            trans_b=True,
+            batch=n_ * oh,
+            stride_a=sh * wd * c,
+            stride_b=0,
+            stride_d=ow * co,
+            label=label,
+        )
+    col = prog.temp(f"{y.name}::col", (n_ * oh * ow, kk), x.dtype)
+    kb = KernelBuilder(f"im2col {node.name}")
+    size = im2col_nhwc(node, kb)
+    prologue = kb.build(size)
+    im2col_nhwc_vector(node, prologue)
+    prologue.writes = [col]
+    return GemmCall(
+        col,
+        prog.add(w),
+        d,
+        n_ * oh * ow,
+        co,
+        kk,
+        kk,
+        kk,
+        co,
+        trans_b=True,
+        label=label,
+        prologue=prologue,
+    )
+
+
+def library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict | None:
+    """bias (+ residual) (+ Relu/Gelu) after a GEMM, as {"bias", "bias_axis", "residual", "act"}."""
+    out = anchor.outputs[0]
+    rows_axis = 1 if anchor.op == "Conv" else None  # conv D is [Co, P]: bias per row (m)
+    pat: dict = {"bias": None, "bias_axis": None, "residual": None, "act": None}
+    cur, rest = out, list(members)
+
+    def other(node: Node) -> Value | None:
+        ins = [v for v in node.inputs if v is not None]
+        if len(ins) != 2 or cur not in ins:
+            return None
+        return ins[1] if ins[0] is cur else ins[0]
+
+    if rest and rest[0].op == "Add" and (v := other(rest[0])) is not None and v.const is not None:
+        nd = len(out.shape)
+        want_m = rows_axis is not None and v.shape == (1, out.shape[1]) + (1,) * (nd - 2)
+        last = (1,) * (len(v.shape) - 1) + (out.shape[-1],)
+        want_n = rows_axis is None and len(v.shape) <= nd and tuple(v.shape) == last
+        if want_m or want_n:
+            pat.update(bias=prog.add(v), bias_axis="m" if want_m else "n")
+            cur = rest.pop(0).outputs[0]
+    if (
+        rest
+        and rest[0].op == "Add"
+        and (v := other(rest[0])) is not None
+        and v.const is None
+        and v.shape == out.shape
+        and v.dtype == out.dtype
+    ):
+        pat["residual"] = prog.add(v)
+        cur = rest.pop(0).outputs[0]
+    # cuBLASLt's GELU epilogue is the tanh approximation, so only that Gelu maps onto it
+    if (
+        rest
+        and rest[0].inputs[0] is cur
+        and (
+            rest[0].op == "Relu"
+            or (rest[0].op == "Gelu" and rest[0].attr("approximate", "none") == "tanh")
+        )
+    ):
+        pat["act"] = rest.pop(0).op.lower()
+    return None if rest else pat

@@ -56,6 +56,9 @@ class CompiledModel:
         self.stats: dict[str, Any] = dict(plan.stats)
         self.stats["target"] = target
         self.stats["launches"] = self.runtime.launches  # kernels + GEMM calls per inference
+        # as the runtime issues them: on cpu a GEMM step's driver runs its im2col and epilogue
+        # inside the one call, so "kernels" counts only what is launched besides GEMM steps
+        self.stats["kernels"] = self.runtime.launches - self.stats.get("gemms", 0)
         self.stats["bind_seconds"] = time.perf_counter() - t0
         self.stats["compile_seconds"] = (
             self.stats.get("compile_seconds_frontend", 0.0) + self.stats["bind_seconds"]

@@ -105,3 +105,34 @@ def test_cached_drivers_run_in_a_fresh_process():
             [sys.executable, "-c", script], env=env, capture_output=True, check=False
         )
         assert run.returncode == 0, run.stderr.decode()[-2000:]
+
+
+@pytest.mark.parametrize(
+    "c,h,w,k,stride,pad,dil",
+    [
+        (3, 9, 7, 3, 1, (1, 1), 1),
+        (4, 8, 8, 3, 2, (1, 0), 1),
+        (2, 7, 9, 3, 1, (2, 2), 2),
+        (5, 6, 6, 1, 2, (0, 0), 1),
+    ],
+)
+def test_row_copy_im2col_matches_numpy(c, h, w, k, stride, pad, dil):
+    """The cpu target's im2col against a padded-array reference (strides, uneven pads, dilation)."""
+    from pyforge.exec.cpu_conv import im2col_nchw
+
+    x = np.random.default_rng(c * 100 + h).standard_normal((2, c, h, w)).astype(np.float32)
+    ph, pw = pad
+    span = dil * (k - 1) + 1
+    oh, ow = (h + 2 * ph - span) // stride + 1, (w + 2 * pw - span) // stride + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    want = np.empty((2, c, k, k, oh, ow), np.float32)
+    for ky in range(k):
+        for kx in range(k):
+            y0, x0 = ky * dil, kx * dil
+            want[:, :, ky, kx] = xp[
+                :, :, y0 : y0 + stride * oh : stride, x0 : x0 + stride * ow : stride
+            ]
+    col = np.full(want.size, np.nan, np.float32)
+    g = np.array([2, c, h, w, k, k, stride, stride, ph, pw, dil, dil, oh, ow], np.int64)
+    im2col_nchw(x.ravel(), col, g)
+    np.testing.assert_array_equal(col, want.ravel())

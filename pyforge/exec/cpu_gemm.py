@@ -79,6 +79,10 @@ def _find(t: str) -> tuple:
             fn = getattr(lib, pattern.format(t=t), None)
             if fn is None:
                 continue
+            # some 64-bit-integer builds keep the plain names (e.g. a libopenblas64): calling
+            # them with 32-bit ints would be wrong, so an unsuffixed name there is not used
+            if it is ctypes.c_int and "64" in os.path.basename(path):
+                continue
             proto = ctypes.CFUNCTYPE(
                 None, enum, enum, enum, it, it, it, real, vp, it, vp, it, real, vp, it
             )

@@ -120,7 +120,7 @@ class CpuRuntime:
         for i, call in enumerate(self.calls):
             try:
                 call()
-            except IndexError as e:  # a kernel's index check (see KernelBuilder.fault)
+            except IndexError as e:  # a kernel's index check (KernelBuilder.check_range)
                 raise IndexRangeError(self.plan.steps[i].get("label", "kernel"), str(e)) from None
         return {
             name: self.views[name].reshape(self.plan.slots[name].shape).copy()

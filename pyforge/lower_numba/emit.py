@@ -29,7 +29,7 @@ from numba import njit, prange
 def kernel(n, {params}):
 {pre}    for i in prange(n):
 {body}
-{post}"""
+"""
 
 _CPU_ROWS = """\
 from numba import njit, prange
@@ -41,7 +41,7 @@ def kernel(n, {params}):
     for o in prange(rows):
 {outer}
 {loops}{body}
-{post}"""
+"""
 
 _CUDA_ROWS = """\
 from numba import cuda
@@ -150,14 +150,14 @@ class KernelBuilder:
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
     checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
 
-    def check_range(self, tensor: str, count: int, dim: str, message: str, step: int = 1) -> None:
-        """cpu: before the loop, raise IndexError(message) when any ``tensor[t * step + start]``
+    def check_range(
+        self, src: str, count: int, dim: str, message: str, step: int = 1, start: int = 0
+    ) -> None:
+        """cpu: before the loop, raise IndexError(message) when any ``src[t * step + start]``
         (t < count) is outside [-dim, dim). One pass over the index tensor, not a test per output
         element (an index is often read by many elements), and the loop itself stays parallel
-        (a raise inside it would make Numba run it serially). ``tensor`` is "param" or
-        "param+start"; ``message`` is a str expression of the kernel's params. Cuda kernels
-        cannot raise: no check there."""
-        src, _, start = tensor.partition("+")
+        (a raise inside it would make Numba run it serially). ``message`` is a str expression
+        of the kernel's params. Cuda kernels cannot raise: no check there."""
         at = "t" if step == 1 else f"t * {self.int_param(step, 'st')}"
         at += f" + {start}" if start else ""
         n = self.int_param(count, "N")
@@ -264,10 +264,9 @@ class KernelBuilder:
         parallel = n >= PARALLEL_MIN if parallel is None else parallel
         params = ", ".join(self.params)
         pre = "".join(f"    {line}\n" for line in self.checks)
-        post = ""
         if self.inner is None:
             cpu = _CPU.format(
-                params=params, body=self._body(0, "        "), parallel=parallel, pre=pre, post=post
+                params=params, body=self._body(0, "        "), parallel=parallel, pre=pre
             )
             cuda = _CUDA.format(params=params, body=self._body(1, "        "))
         else:
@@ -286,7 +285,6 @@ class KernelBuilder:
                 body=self._body(0, pad),
                 outer=outer,
                 pre=pre,
-                post=post,
             )
             cuda = _CUDA_ROWS.format(
                 params=params, body=self._body(1, "            "), inner=self.inner, outer=outer

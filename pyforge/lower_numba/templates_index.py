@@ -270,7 +270,7 @@ def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         kb.emit(f"{q} = {src}[({row}) * {kb.int_param(r, 'R')} + {j}]")
         kb.emit(f"{k} = {q} + {dim} if {q} < 0 else {q}")
         message = _range_message(f"GatherND index column {j}", dim)
-        kb.check_range(f"{src}+{j}", ind.size // r, dim, message, step=r)
+        kb.check_range(src, ind.size // r, dim, message, step=r, start=j)
         kb.emit(f"{off} += {k} * {kb.int_param(strides[b + j], 's')}")
     kb.emit(f"{v} = {kb.tensor(data.name)}[{off}]")
     return v

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-
-# Numba's OpenMP workers spin after each parallel loop by default, stealing the cores that the
-# BLAS threads of the next GEMM need (measured: epilogues 12x slower on 2 cores). Must be set
-# before the first parallel kernel starts the OpenMP pool.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 

@@ -87,22 +87,27 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
     return acc
 
 
+def global_reduce(node: Node, kb: KernelBuilder, hw: str, at) -> str:
+    """Max or mean over the ``hw`` spatial positions ``at(j)`` of one output (both layouts)."""
+    t = type_name(node.inputs[0].dtype)
+    acc, j = kb.tmp("acc"), kb.tmp("j")
+    is_max = node.op.startswith("GlobalMaxPool")
+    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
+    kb.emit(f"for {j} in range({hw}):")
+    kb.emit(f"{acc} = max({acc}, {at(j)})" if is_max else f"{acc} += {at(j)}", 1)
+    if not is_max:
+        kb.emit(f"{acc} = {acc} / {t}({hw})")
+    return acc
+
+
 def global_pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
-    t = type_name(x.dtype)
     src = kb.tensor(x.name)
     hw = int(np.prod(x.shape[2:]))
     HW, C = kb.int_param(hw, "HW"), kb.int_param(x.shape[1], "C")
-    base, acc, j = kb.tmp("b"), kb.tmp("acc"), kb.tmp("j")
-    is_max = node.op == "GlobalMaxPool"
+    base = kb.tmp("b")
     kb.emit(f"{base} = ({coords[0]} * {C} + {coords[1]}) * {HW}")
-    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
-    kb.emit(f"for {j} in range({HW}):")
-    v = f"{src}[{base} + {j}]"
-    kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 1)
-    if not is_max:
-        kb.emit(f"{acc} = {acc} / {t}({HW})")
-    return acc
+    return global_reduce(node, kb, HW, lambda j: f"{src}[{base} + {j}]")
 
 
 def transpose_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:

@@ -7,9 +7,8 @@ import hashlib
 import numpy as np
 
 from ..ir import Node
-from .emit import _HEADER, KernelBuilder, KernelCall, type_name
-from .scalar import lit
-from .templates import ELEMENT_TEMPLATES, _window2d, gather_window, window_pool
+from .emit import _HEADER, KernelBuilder, KernelCall
+from .templates import ELEMENT_TEMPLATES, _window2d, gather_window, global_reduce, window_pool
 
 
 def im2col_nhwc(node: Node, kb: KernelBuilder) -> int:
@@ -124,19 +123,11 @@ def pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
 
 def global_pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
-    t = type_name(x.dtype)
     src = kb.tensor(x.name)
     _, h, w, c_ = x.shape
     HW, C = kb.int_param(h * w, "HW"), kb.int_param(c_, "C")
-    acc, j = kb.tmp("acc"), kb.tmp("j")
-    is_max = node.op == "GlobalMaxPoolNHWC"
-    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
-    kb.emit(f"for {j} in range({HW}):")
-    v = f"{src}[({coords[0]} * {HW} + {j}) * {C} + {coords[3]}]"
-    kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 1)
-    if not is_max:
-        kb.emit(f"{acc} = {acc} / {t}({HW})")
-    return acc
+    at = lambda j: f"{src}[({coords[0]} * {HW} + {j}) * {C} + {coords[3]}]"
+    return global_reduce(node, kb, HW, at)
 
 
 ELEMENT_TEMPLATES.update(

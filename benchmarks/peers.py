@@ -171,6 +171,15 @@ def pyforge_rows(path: str, feeds: dict, target: str, runs: int) -> dict[str, di
         row.update(launches=model.stats["launches"], compile_s=compile_s)
         out[f"pyforge {target} {label} predict (numpy in/out)"] = row
         rt = model.runtime
+        if target == "cuda":
+            from numba import cuda
+
+            # inputs already on the GPU, outputs left there: what the PyTorch rows measure
+            dfeeds = {k: cuda.to_device(v) for k, v in feeds.items()}
+            out[f"pyforge {target} {label} predict (device in/out)"] = dict(
+                measure(lambda model=model, d=dfeeds: model.predict(d), runs),
+                launches=model.stats["launches"],
+            )
         if target == "cuda" and getattr(rt, "graph", None) is not None:
 
             def replay(rt=rt):

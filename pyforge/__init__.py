@@ -74,7 +74,14 @@ class CompiledModel:
 
     def predict(self, x: np.ndarray | dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
         """Run one inference: one array for a single-input model (or a dict name -> array);
-        returns one array for a single-output model, else a dict name -> array."""
+        returns one array for a single-output model, else a dict name -> array.
+
+        On the cuda target, inputs may be GPU arrays (Numba, CuPy, torch: anything with
+        ``__cuda_array_interface__``); they are copied device to device, and the outputs come
+        back as Numba device arrays in pyforge's arena, valid until the next ``predict``.
+
+        >>> y = model.predict(cuda.to_device(x))   # y: DeviceNDArray; y.copy_to_host()
+        """
         outs = self.runtime.run(normalise_feeds(self.plan, x))
         return outs[self.plan.outputs[0]] if len(outs) == 1 else outs
 

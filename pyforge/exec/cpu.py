@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import IndexRangeError
 from ..lower_numba.cache import load_kernel, module_name
 from .cpu_gemm import bind_gemm_step
-from .plan import ExecutionPlan
+from .plan import ExecutionPlan, on_device
 
 
 def flat_views(
@@ -110,6 +110,10 @@ class CpuRuntime:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():
+            if on_device(arr):  # a GPU array given to the cpu target: bring it over
+                from numba import cuda
+
+                arr = cuda.as_cuda_array(arr).copy_to_host()
             self.views[name][:] = np.ravel(arr)
         for i, call in enumerate(self.calls):
             try:

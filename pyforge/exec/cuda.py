@@ -16,7 +16,7 @@ from numba import cuda
 from ..lower_numba.cache import load_kernel
 from ..lower_numba.gemm_kernel import gemm_kernel
 from .cpu import sequence
-from .plan import ExecutionPlan
+from .plan import ExecutionPlan, on_device
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 THREADS = 256
@@ -102,6 +102,7 @@ class CudaRuntime:
         }
         self.graph = None
         self._staging = None
+        self._event = None  # orders our stream after a device input's producer stream
         self.stream.synchronize()
         if self.use_graph:
             # captured at bind time: the first predict is then the same replay as every other
@@ -222,11 +223,19 @@ class CudaRuntime:
         if self.graph is not None:
             return self._run_graph(feeds)
         for name, arr in feeds.items():
-            if arr.size:  # an empty tensor has no buffer to copy
-                self.views[name].copy_to_device(
-                    np.ascontiguousarray(arr).reshape(-1), stream=self.stream
-                )
+            if self.plan.slots[name].nbytes:  # an empty tensor has no buffer to copy
+                if hasattr(arr, "__cuda_ndarray__"):  # a Numba device array (or simulated one)
+                    src = arr.reshape(-1)
+                elif on_device(arr):
+                    self._wait_for(arr.__cuda_array_interface__.get("stream"))
+                    src = cuda.as_cuda_array(arr).reshape(-1)
+                else:
+                    src = np.ascontiguousarray(arr).reshape(-1)
+                self.views[name].copy_to_device(src, stream=self.stream)
         self._launch_all()
+        if any(on_device(a) for a in feeds.values()):
+            self.stream.synchronize()
+            return dict(self._device_outputs())
         for name in self.plan.outputs:
             if self.host_out[name].size:
                 self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
@@ -252,19 +261,54 @@ class CudaRuntime:
             ]
             self._handle = _stream_handle(self.stream)
         h = self._handle
+        device_in = False
         for name, arr in feeds.items():
             host, dptr, nbytes = self._staging[name]
-            if nbytes:  # an empty tensor has no buffer to copy (its pointer is null)
+            if not nbytes:  # an empty tensor has no buffer to copy (its pointer is null)
+                continue
+            if on_device(arr):
+                cai = arr.__cuda_array_interface__
+                self._wait_for(cai.get("stream"))
+                drv.cuMemcpyDtoDAsync(dptr, cai["data"][0], nbytes, h)
+                device_in = True
+            else:
                 np.copyto(host, arr)
                 drv.cuMemcpyHtoDAsync(dptr, host.ctypes.data, nbytes, h)
         self.graph.replay()
-        for _, host, dptr, nbytes in self._outs:
-            if nbytes:
-                drv.cuMemcpyDtoHAsync(host.ctypes.data, dptr, nbytes, h)
+        if not device_in:
+            for _, host, dptr, nbytes in self._outs:
+                if nbytes:
+                    drv.cuMemcpyDtoHAsync(host.ctypes.data, dptr, nbytes, h)
         err = drv.cuStreamSynchronize(h)[0]
         if err != drv.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"CUDA error after predict: {err}")
+        if device_in:
+            return dict(self._device_outputs())
         return {name: host.copy() for name, host, _, _ in self._outs}
+
+    def _device_outputs(self):
+        """The outputs as device arrays in the arena: no copy, valid until the next predict
+        (the convention of a CUDA-graph runtime: PyTorch's graphed outputs are static too)."""
+        for name in self.plan.outputs:
+            out = self.views[name].reshape(self.plan.slots[name].shape)
+            # the simulator's reshape hands back a plain numpy array: wrap it again
+            yield name, cuda.to_device(out) if SIMULATED else out
+
+    def _wait_for(self, producer) -> None:
+        """Order our stream after the producer stream a device input names (CUDA array
+        interface v3): None means already ready, 1 is the legacy default stream, with which
+        our blocking stream synchronises anyway; any other handle gets an event."""
+        if producer is None or producer in (0, 1):
+            return
+        from cuda.bindings import driver as drv
+
+        from .cuda_graph import check
+
+        if self._event is None:
+            flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+            self._event = check(drv.cuEventCreate(flags))[0]
+        check(drv.cuEventRecord(self._event, producer))
+        check(drv.cuStreamWaitEvent(_stream_handle(self.stream), self._event, 0))
 
 
 def _gemm_backend() -> str:

@@ -97,7 +97,29 @@ class ExecutionPlan:
         )
 
 
-def check_feeds(plan: ExecutionPlan, feeds: dict[str, np.ndarray]) -> None:
+def on_device(x: Any) -> bool:
+    """Whether ``x`` is a GPU array (Numba, CuPy, a CUDA torch tensor: anything exporting
+    ``__cuda_array_interface__``; Numba's simulated device arrays carry ``__cuda_ndarray__``)."""
+    return hasattr(x, "__cuda_array_interface__") or hasattr(x, "__cuda_ndarray__")
+
+
+def _shape_dtype(x: Any) -> tuple[tuple[int, ...], np.dtype, bool]:
+    """(shape, dtype, C-contiguous) of a host or device array."""
+    if not on_device(x):
+        arr = np.asarray(x)
+        return tuple(arr.shape), arr.dtype, True
+    if not hasattr(x, "__cuda_array_interface__"):  # the simulator's arrays
+        return tuple(x.shape), np.dtype(x.dtype), x.is_c_contiguous()
+    cai = x.__cuda_array_interface__
+    shape, dtype = tuple(int(d) for d in cai["shape"]), np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    dense = strides is None or tuple(strides) == tuple(
+        int(np.prod(shape[i + 1 :], dtype=np.int64)) * dtype.itemsize for i in range(len(shape))
+    )
+    return shape, dtype, dense or int(np.prod(shape, dtype=np.int64)) <= 1
+
+
+def check_feeds(plan: ExecutionPlan, feeds: dict[str, Any]) -> None:
     """Validate predict() inputs against the plan's signature, naming expected and given."""
     names = plan.inputs
     unknown = sorted(set(feeds) - set(names))
@@ -106,19 +128,21 @@ def check_feeds(plan: ExecutionPlan, feeds: dict[str, np.ndarray]) -> None:
     for name, shape, dtype in plan.signature(names):
         if name not in feeds:
             raise InputError(f"missing input {name!r}; the model takes {names}")
-        arr = np.asarray(feeds[name])
-        if tuple(arr.shape) != shape:
-            raise InputError(f"input {name!r} has shape {tuple(arr.shape)}, expected {shape}")
-        if arr.dtype != dtype:
-            raise InputError(f"input {name!r} has dtype {arr.dtype}, expected {dtype}")
+        got_shape, got_dtype, dense = _shape_dtype(feeds[name])
+        if got_shape != shape:
+            raise InputError(f"input {name!r} has shape {got_shape}, expected {shape}")
+        if got_dtype != dtype:
+            raise InputError(f"input {name!r} has dtype {got_dtype}, expected {dtype}")
+        if not dense:
+            raise InputError(f"device input {name!r} is not C-contiguous: pass a contiguous copy")
 
 
-def normalise_feeds(plan: ExecutionPlan, x: Any) -> dict[str, np.ndarray]:
-    """predict()'s argument as a checked name -> array dict."""
+def normalise_feeds(plan: ExecutionPlan, x: Any) -> dict[str, Any]:
+    """predict()'s argument as a checked name -> array dict; GPU arrays are kept as they are."""
     if isinstance(x, dict):
-        feeds = {k: np.asarray(v) for k, v in x.items()}
+        feeds = {k: v if on_device(v) else np.asarray(v) for k, v in x.items()}
     elif len(plan.inputs) == 1:
-        feeds = {plan.inputs[0]: np.asarray(x)}
+        feeds = {plan.inputs[0]: x if on_device(x) else np.asarray(x)}
     else:
         raise InputError(f"the model takes {len(plan.inputs)} inputs {plan.inputs}: pass a dict")
     check_feeds(plan, feeds)

@@ -85,3 +85,34 @@ def test_empty_tensors_on_cuda(graph):
     )
     x = {"x": np.zeros((2, 0, 4), np.float32)}
     check_against_ort(model, x, target="cuda", graph=graph)
+
+
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "steps"])
+def test_device_inputs_give_device_outputs(graph):
+    from numba import cuda
+
+    model = MODELS["mlp"](batch=2)
+    compiled = pyforge.compile(model, target="cuda", graph=graph)
+    feeds = [random_inputs(model, seed=s) for s in (7, 8)]
+    want = [compiled.predict(f) for f in feeds]  # numpy in, numpy out
+    for f, w in zip(feeds, want):  # fresh device inputs, fresh device outputs each call
+        ((name, x),) = f.items()
+        y = compiled.predict({name: cuda.to_device(x)})
+        assert hasattr(y, "__cuda_array_interface__") and y.shape == w.shape
+        np.testing.assert_array_equal(y.copy_to_host(), w)
+    before = want[1].copy()
+    compiled.predict(feeds[0])  # host outputs are copies: the next predict leaves them alone
+    np.testing.assert_array_equal(want[1], before)
+
+
+def test_device_input_from_another_stream_is_waited_for():
+    from numba import cuda
+
+    model = MODELS["ew"](batch=1)
+    compiled = pyforge.compile(model, target="cuda")
+    ((name, x),) = random_inputs(model, seed=9).items()
+    producer = cuda.stream()
+    d = cuda.device_array(x.shape, x.dtype, stream=producer)
+    d.copy_to_device(x, stream=producer)  # still in flight on `producer` when predict starts
+    y = compiled.predict({name: d})
+    np.testing.assert_array_equal(y.copy_to_host(), compiled.predict({name: x}))

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import pyforge
 from pyforge.models import mlp, random_inputs
@@ -43,3 +44,32 @@ print("ok")
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+class _FakeDeviceArray:
+    """Exports only the CUDA array interface, like a GPU array would (no GPU needed)."""
+
+    def __init__(self, shape, typestr, strides=None):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": typestr, "strides": strides, "data": (0, False),
+            "version": 3,
+        }  # fmt: skip
+
+
+def test_device_inputs_are_checked_without_copying():
+    from pyforge.errors import InputError
+    from pyforge.exec.plan import normalise_feeds
+
+    plan = pyforge.compile(mlp(batch=2), target="cpu").plan
+    ((name, shape, dtype),) = plan.signature(plan.inputs)
+    ok = _FakeDeviceArray(shape, dtype.str)
+    assert normalise_feeds(plan, {name: ok})[name] is ok  # kept on the device, not converted
+    row = dtype.itemsize * int(np.prod(shape[1:]))
+    dense = _FakeDeviceArray(shape, dtype.str, (row, dtype.itemsize))
+    assert normalise_feeds(plan, dense)[name] is dense
+    with pytest.raises(InputError, match="shape"):
+        normalise_feeds(plan, _FakeDeviceArray((shape[0] + 1, *shape[1:]), dtype.str))
+    with pytest.raises(InputError, match="dtype"):
+        normalise_feeds(plan, _FakeDeviceArray(shape, "<f8"))
+    with pytest.raises(InputError, match="C-contiguous"):
+        normalise_feeds(plan, _FakeDeviceArray(shape, dtype.str, (dtype.itemsize, row)))

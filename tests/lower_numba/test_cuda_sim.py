@@ -102,3 +102,18 @@ def test_models_in_simulator():
     for name in ("mlp", "ew"):
         model = MODELS[name](batch=1)
         check_against_ort(model, random_inputs(model, seed=2), target="cuda")
+
+
+@inside_only
+def test_device_inputs_in_simulator():
+    from numba import cuda
+
+    import pyforge
+    from pyforge.models import MODELS, random_inputs
+
+    model = MODELS["mlp"](batch=1)
+    compiled = pyforge.compile(model, target="cuda")
+    ((name, x),) = random_inputs(model, seed=3).items()
+    y = compiled.predict({name: cuda.to_device(x)})
+    assert hasattr(y, "__cuda_ndarray__")  # a (simulated) Numba device array
+    np.testing.assert_array_equal(y.copy_to_host(), compiled.predict({name: x}))

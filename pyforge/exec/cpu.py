@@ -79,6 +79,7 @@ class CpuRuntime:
         self.kernel_paths: dict[str, str] = {}
         self.calls: list[Callable[[], None]] = []
         self.launches = 0
+        self._no_errors = np.zeros(1, np.int32)  # cuda's error word; cpu kernels raise instead
         for step in plan.steps:
             if step["kind"] == "gemm":
                 # one compiled call for prologue + GEMM + epilogue where CBLAS is reachable
@@ -101,7 +102,10 @@ class CpuRuntime:
         fn, path = load_kernel(self.plan.kernels[step["kernel"]]["cpu"], "cpu")
         self.kernel_paths[step["kernel"]] = path
         # "w" (a 16-byte view on cuda) is the plain tensor here
-        args = tuple(self.views[v] if kind in "tw" else np.int64(v) for kind, v in step["args"])
+        args = tuple(
+            self.views[v] if kind in "tw" else self._no_errors if kind == "e" else np.int64(v)
+            for kind, v in step["args"]
+        )
         return module_name(path, "cpu"), fn, step["n"], args
 
     def _kernel(self, step: dict) -> Callable[[], None]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import cuda
 
+from ..errors import IndexRangeError
 from ..lower_numba.cache import load_kernel
 from ..lower_numba.gemm_kernel import gemm_kernel
 from .cpu import sequence
@@ -96,6 +97,11 @@ class CudaRuntime:
         self.workspace = (
             None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
         )
+        # one int32 error word per index-checking kernel (KernelBuilder.guard_index)
+        words = max(_error_words(plan), 1)
+        self.errors = cuda.to_device(np.zeros(words, np.int32), stream=self.stream)
+        self._errors_host = _host_array((words,), np.dtype(np.int32))
+        self._error_labels: list[str] = []
         self.calls = [self._bind(step) for step in plan.steps]
         self.host_out = {
             n: _host_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype)) for n in plan.outputs
@@ -115,11 +121,14 @@ class CudaRuntime:
 
     # -- binding -------------------------------------------------------------------------------
     def _kernel(
-        self, key: str, source: str, n: int, args: list, inner: int = 0, launch=None
+        self, key: str, source: str, n: int, args: list, inner: int = 0, launch=None, label=""
     ) -> Callable[[], None]:
         fn, path = load_kernel(source, "cuda", self.capability)
         self.kernel_paths[key] = path
-        bound = tuple(_arg(self.views, kind, v) for kind, v in args)
+        bound = tuple(
+            self._error_word(label or key) if kind == "e" else _arg(self.views, kind, v)
+            for kind, v in args
+        )
         if launch:  # a tiled kernel written for exactly this grid and block
             launch = fn[tuple(launch[0]), int(launch[1]), self.stream]
         elif inner:  # rows x inner: blocks along x cover a row, along y the rows
@@ -141,6 +150,7 @@ class CudaRuntime:
                 step["args"],
                 step.get("inner", 0),
                 step.get("launch"),
+                step.get("label", ""),
             )
         parts = []
         if step["prologue"]:
@@ -214,6 +224,24 @@ class CudaRuntime:
         self.gemm_folded += folded
         return (lambda: lt.run(a, b, cc, d, bp, ws, handle)), folded
 
+    def _error_word(self, label: str):
+        self._error_labels.append(label)
+        k = len(self._error_labels) - 1
+        return self.errors[k : k + 1]
+
+    def _raise_device_errors(self) -> None:
+        """After a synchronised run: IndexRangeError naming the first step whose kernel found an
+        index out of range (its output is not used); the words are cleared for the next run."""
+        hits = np.flatnonzero(self._errors_host[: len(self._error_labels)])
+        if not hits.size:
+            return
+        self.errors.copy_to_device(np.zeros(self.errors.size, np.int32), stream=self.stream)
+        self.stream.synchronize()
+        self._errors_host[:] = 0
+        raise IndexRangeError(
+            self._error_labels[hits[0]], "an index is out of range (found on the device)"
+        )
+
     # -- running -------------------------------------------------------------------------------
     def _launch_all(self) -> None:
         for call in self.calls:
@@ -233,13 +261,17 @@ class CudaRuntime:
                     src = np.ascontiguousarray(arr).reshape(-1)
                 self.views[name].copy_to_device(src, stream=self.stream)
         self._launch_all()
+        if self._error_labels:
+            self.errors.copy_to_host(self._errors_host, stream=self.stream)
         if any(on_device(a) for a in feeds.values()):
             self.stream.synchronize()
+            self._raise_device_errors()
             return dict(self._device_outputs())
         for name in self.plan.outputs:
             if self.host_out[name].size:
                 self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
         self.stream.synchronize()
+        self._raise_device_errors()
         return {name: self.host_out[name].copy() for name in self.plan.outputs}
 
     def _run_graph(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -275,6 +307,10 @@ class CudaRuntime:
                 np.copyto(host, arr)
                 drv.cuMemcpyHtoDAsync(dptr, host.ctypes.data, nbytes, h)
         self.graph.replay()
+        if self._error_labels:
+            drv.cuMemcpyDtoHAsync(
+                self._errors_host.ctypes.data, _pointer(self.errors), 4 * len(self._error_labels), h
+            )
         if not device_in:
             for _, host, dptr, nbytes in self._outs:
                 if nbytes:
@@ -282,6 +318,7 @@ class CudaRuntime:
         err = drv.cuStreamSynchronize(h)[0]
         if err != drv.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"CUDA error after predict: {err}")
+        self._raise_device_errors()
         if device_in:
             return dict(self._device_outputs())
         return {name: host.copy() for name, host, _, _ in self._outs}
@@ -309,6 +346,18 @@ class CudaRuntime:
             self._event = check(drv.cuEventCreate(flags))[0]
         check(drv.cuEventRecord(self._event, producer))
         check(drv.cuStreamWaitEvent(_stream_handle(self.stream), self._event, 0))
+
+
+def _error_words(plan: ExecutionPlan) -> int:
+    """How many kernels of the plan take an error word (("e", 0) arguments)."""
+
+    def words(step: dict | None) -> int:
+        return sum(kind == "e" for kind, _ in step["args"]) if step else 0
+
+    return sum(
+        words(st) if st["kind"] == "kernel" else words(st["prologue"]) + words(st["epilogue"])
+        for st in plan.steps
+    )
 
 
 def _gemm_backend() -> str:

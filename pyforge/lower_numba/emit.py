@@ -124,6 +124,7 @@ class KernelCall:
     key: str
     n: int
     # ("t", tensor name) | ("w", tensor name: as 16-byte elements on cuda) | ("i", int)
+    # | ("e", 0): the step's int32 error word (cuda index checks; a dummy on cpu)
     args: list[tuple[str, object]]
     label: str = ""
     inner: int = 0  # > 0: iterations are rows x inner (a 2-d launch on cuda)
@@ -149,6 +150,7 @@ class KernelBuilder:
     inner_dims: list = field(default_factory=list)  # int params of the inner run's dims
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
     checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
+    error_word: bool = False  # cuda: the kernel takes an int32 error word ("e" argument)
 
     def check_range(
         self, src: str, count: int, dim: str, message: str, step: int = 1, start: int = 0
@@ -157,7 +159,7 @@ class KernelBuilder:
         (t < count) is outside [-dim, dim). One pass over the index tensor, not a test per output
         element (an index is often read by many elements), and the loop itself stays parallel
         (a raise inside it would make Numba run it serially). ``message`` is a str expression
-        of the kernel's params. Cuda kernels cannot raise: no check there."""
+        of the kernel's params. Cuda kernels cannot raise: ``guard_index`` checks there."""
         at = "t" if step == 1 else f"t * {self.int_param(step, 'st')}"
         at += f" + {start}" if start else ""
         n = self.int_param(count, "N")
@@ -169,6 +171,18 @@ class KernelBuilder:
             "if nbad > 0:",
             f"    raise IndexError({message})",
         ]
+
+    def guard_index(self, var: str, dim: str) -> None:
+        """cuda: an index ``var`` (negatives already wrapped) outside [0, dim) sets the kernel's
+        error word and reads element 0 instead of memory past the tensor; the runtime raises
+        IndexRangeError after the run. cpu: ``check_range`` raised before the loop already."""
+        if not self.error_word:
+            self.error_word = True
+            self.params.append("err")
+            self.args.append(("e", 0))
+        self.emit("# index range: checked before the loop", cuda=f"if {var} < 0 or {var} >= {dim}:")
+        self.emit("#", 1, cuda="err[0] = 1")
+        self.emit("#", 1, cuda=f"{var} = 0")
 
     def tmp(self, prefix: str = "v") -> str:
         self._counter += 1

@@ -100,6 +100,7 @@ def _index_value(kb: KernelBuilder, node: Node, coords, axis: int) -> str:
     kb.emit(f"{r} = {q} + {D} if {q} < 0 else {q}")
     message = _range_message(f"{node.op} axis {axis}", D)
     kb.check_range(kb.tensor(idx.name), idx.size, D, message)
+    kb.guard_index(r, D)
     return r
 
 
@@ -271,6 +272,7 @@ def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         kb.emit(f"{k} = {q} + {dim} if {q} < 0 else {q}")
         message = _range_message(f"GatherND index column {j}", dim)
         kb.check_range(src, ind.size // r, dim, message, step=r, start=j)
+        kb.guard_index(k, dim)
         kb.emit(f"{off} += {k} * {kb.int_param(strides[b + j], 's')}")
     kb.emit(f"{v} = {kb.tensor(data.name)}[{off}]")
     return v

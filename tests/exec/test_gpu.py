@@ -116,3 +116,25 @@ def test_device_input_from_another_stream_is_waited_for():
     d.copy_to_device(x, stream=producer)  # still in flight on `producer` when predict starts
     y = compiled.predict({name: d})
     np.testing.assert_array_equal(y.copy_to_host(), compiled.predict({name: x}))
+
+
+def test_out_of_range_gather_index_raises_on_the_device():
+    from pyforge.errors import IndexRangeError
+
+    node = helper.make_node("Gather", ["data", "idx"], ["y"], name="gather_node", axis=0)
+    model = make_model(
+        [node],
+        [("data", np.float32, [300, 8]), ("idx", np.int64, [40, 9])],
+        [("y", np.float32, [40, 9, 8])],
+    )
+    compiled = pyforge.compile(model, target="cuda")  # graph replay
+    rng = np.random.default_rng(11)
+    data = rng.standard_normal((300, 8)).astype(np.float32)
+    idx = rng.integers(-300, 300, (40, 9))
+    want = compiled.predict({"data": data, "idx": idx})
+    np.testing.assert_array_equal(want, np.take(data, idx, axis=0))
+    bad = idx.copy()
+    bad[7, 3] = 300
+    with pytest.raises(IndexRangeError, match="gather_node"):
+        compiled.predict({"data": data, "idx": bad})
+    np.testing.assert_array_equal(compiled.predict({"data": data, "idx": idx}), want)

@@ -117,3 +117,26 @@ def test_device_inputs_in_simulator():
     y = compiled.predict({name: cuda.to_device(x)})
     assert hasattr(y, "__cuda_ndarray__")  # a (simulated) Numba device array
     np.testing.assert_array_equal(y.copy_to_host(), compiled.predict({name: x}))
+
+
+@inside_only
+@pytest.mark.parametrize("case", range(4))
+def test_device_index_checks_in_simulator(case):
+    import pyforge
+    from pyforge.errors import IndexRangeError
+    from tests.lower_numba.test_index_checks import CASES, _indices, _model
+
+    op, attrs, dshape, ishape, oshape, dims = CASES[case]
+    compiled = pyforge.compile(_model(op, attrs, dshape, ishape, oshape), target="cuda")
+    rng = np.random.default_rng(case)
+    data = rng.standard_normal(dshape).astype(np.float32)
+    idx = _indices(ishape, dims)
+    want = pyforge.compile(_model(op, attrs, dshape, ishape, oshape), target="cpu").predict(
+        {"data": data, "idx": idx}
+    )
+    bad = idx.copy()
+    bad.flat[-1] = int(np.broadcast_to(np.asarray(dims), ishape).flat[-1])  # one past the end
+    with pytest.raises(IndexRangeError, match=op):
+        compiled.predict({"data": data, "idx": bad})
+    # the error word is cleared: the same model answers the next, valid call
+    np.testing.assert_array_equal(compiled.predict({"data": data, "idx": idx}), want)

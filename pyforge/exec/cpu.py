@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import IndexRangeError
 from ..lower_numba.cache import load_kernel, module_name
 from .cpu_gemm import bind_gemm_step
-from .plan import ExecutionPlan, on_device
+from .plan import DeviceFeed, ExecutionPlan
 
 
 def flat_views(
@@ -114,10 +114,11 @@ class CpuRuntime:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():
-            if on_device(arr):  # a GPU array given to the cpu target: bring it over
+            if isinstance(arr, DeviceFeed):  # a GPU array given to the cpu target: bring it over
                 from numba import cuda
 
-                arr = cuda.as_cuda_array(arr).copy_to_host()
+                dev = arr.array
+                arr = (dev if arr.ptr is None else cuda.as_cuda_array(dev)).copy_to_host()
             self.views[name][:] = np.ravel(arr)
         for i, call in enumerate(self.calls):
             try:

@@ -17,7 +17,7 @@ from ..errors import IndexRangeError
 from ..lower_numba.cache import load_kernel
 from ..lower_numba.gemm_kernel import gemm_kernel
 from .cpu import sequence
-from .plan import ExecutionPlan, on_device
+from .plan import DeviceFeed, ExecutionPlan
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 THREADS = 256
@@ -109,6 +109,7 @@ class CudaRuntime:
         self.graph = None
         self._staging = None
         self._event = None  # orders our stream after a device input's producer stream
+        self._device_views = None
         self.stream.synchronize()
         if self.use_graph:
             # captured at bind time: the first predict is then the same replay as every other
@@ -252,18 +253,17 @@ class CudaRuntime:
             return self._run_graph(feeds)
         for name, arr in feeds.items():
             if self.plan.slots[name].nbytes:  # an empty tensor has no buffer to copy
-                if hasattr(arr, "__cuda_ndarray__"):  # a Numba device array (or simulated one)
-                    src = arr.reshape(-1)
-                elif on_device(arr):
-                    self._wait_for(arr.__cuda_array_interface__.get("stream"))
-                    src = cuda.as_cuda_array(arr).reshape(-1)
+                if isinstance(arr, DeviceFeed):
+                    self._wait_for(arr.stream)
+                    dev = arr.array if hasattr(arr.array, "__cuda_ndarray__") else None
+                    src = (dev if dev is not None else cuda.as_cuda_array(arr.array)).reshape(-1)
                 else:
                     src = np.ascontiguousarray(arr).reshape(-1)
                 self.views[name].copy_to_device(src, stream=self.stream)
         self._launch_all()
         if self._error_labels:
             self.errors.copy_to_host(self._errors_host, stream=self.stream)
-        if any(on_device(a) for a in feeds.values()):
+        if any(isinstance(a, DeviceFeed) for a in feeds.values()):
             self.stream.synchronize()
             self._raise_device_errors()
             return dict(self._device_outputs())
@@ -298,10 +298,9 @@ class CudaRuntime:
             host, dptr, nbytes = self._staging[name]
             if not nbytes:  # an empty tensor has no buffer to copy (its pointer is null)
                 continue
-            if on_device(arr):
-                cai = arr.__cuda_array_interface__
-                self._wait_for(cai.get("stream"))
-                drv.cuMemcpyDtoDAsync(dptr, cai["data"][0], nbytes, h)
+            if isinstance(arr, DeviceFeed):
+                self._wait_for(arr.stream)
+                drv.cuMemcpyDtoDAsync(dptr, arr.ptr, nbytes, h)
                 device_in = True
             else:
                 np.copyto(host, arr)
@@ -326,10 +325,15 @@ class CudaRuntime:
     def _device_outputs(self):
         """The outputs as device arrays in the arena: no copy, valid until the next predict
         (the convention of a CUDA-graph runtime: PyTorch's graphed outputs are static too)."""
-        for name in self.plan.outputs:
-            out = self.views[name].reshape(self.plan.slots[name].shape)
-            # the simulator's reshape hands back a plain numpy array: wrap it again
-            yield name, cuda.to_device(out) if SIMULATED else out
+        if SIMULATED:  # the simulator's reshape hands back a plain numpy array: wrap it again
+            for name in self.plan.outputs:
+                yield name, cuda.to_device(self.views[name].reshape(self.plan.slots[name].shape))
+            return
+        if self._device_views is None:  # made once: a DeviceNDArray costs ~10 us to create
+            self._device_views = {
+                n: self.views[n].reshape(self.plan.slots[n].shape) for n in self.plan.outputs
+            }
+        yield from self._device_views.items()
 
     def _wait_for(self, producer) -> None:
         """Order our stream after the producer stream a device input names (CUDA array

@@ -63,10 +63,10 @@ def test_device_inputs_are_checked_without_copying():
     plan = pyforge.compile(mlp(batch=2), target="cpu").plan
     ((name, shape, dtype),) = plan.signature(plan.inputs)
     ok = _FakeDeviceArray(shape, dtype.str)
-    assert normalise_feeds(plan, {name: ok})[name] is ok  # kept on the device, not converted
+    assert normalise_feeds(plan, {name: ok})[name].array is ok  # kept on the device
     row = dtype.itemsize * int(np.prod(shape[1:]))
     dense = _FakeDeviceArray(shape, dtype.str, (row, dtype.itemsize))
-    assert normalise_feeds(plan, dense)[name] is dense
+    assert normalise_feeds(plan, dense)[name].array is dense
     with pytest.raises(InputError, match="shape"):
         normalise_feeds(plan, _FakeDeviceArray((shape[0] + 1, *shape[1:]), dtype.str))
     with pytest.raises(InputError, match="dtype"):

@@ -28,8 +28,6 @@ _PRECISIONS = {
     "fp32": (cublas.ComputeType.COMPUTE_32F, np.float32, CudaDataType.CUDA_R_32F),
     "tf32": (cublas.ComputeType.COMPUTE_32F_FAST_TF32, np.float32, CudaDataType.CUDA_R_32F),
     "fp16": (cublas.ComputeType.COMPUTE_32F, np.float16, CudaDataType.CUDA_R_16F),
-    # float32 in memory, inputs rounded to float16 for the tensor cores, float32 accumulation
-    "fp16_compute": (cublas.ComputeType.COMPUTE_32F_FAST_16F, np.float32, CudaDataType.CUDA_R_32F),
 }
 _E = lt.Epilogue
 _EPILOGUES = {

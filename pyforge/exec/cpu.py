@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import IndexRangeError
 from ..lower_numba.cache import load_kernel, module_name
 from .cpu_gemm import bind_gemm_step
+from .cpu_own import shared_scratch
 from .plan import DeviceFeed, ExecutionPlan
 
 
@@ -80,10 +81,16 @@ class CpuRuntime:
         self.calls: list[Callable[[], None]] = []
         self.launches = 0
         self._no_errors = np.zeros(1, np.int32)  # cuda's error word; cpu kernels raise instead
+        constants = frozenset(n for n, s in plan.slots.items() if s.region != "arena")
+        shared = shared_scratch(plan.steps)  # reused by every GEMM step (one runs at a time)
         for step in plan.steps:
             if step["kind"] == "gemm":
                 # one compiled call for prologue + GEMM + epilogue where CBLAS is reachable
-                driver = bind_gemm_step(step, self.views, self._bound) if fused_steps else None
+                driver = (
+                    bind_gemm_step(step, self.views, self._bound, constants, shared)
+                    if fused_steps
+                    else None
+                )
                 if driver is not None:
                     self.calls.append(driver)
                     self.launches += 1

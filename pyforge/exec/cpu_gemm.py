@@ -20,6 +20,7 @@ import numpy as np
 from numba import cfunc
 
 from ..lower_numba.cache import load_kernel
+from .cpu_own import bind_own_step
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_MIN = 1 << 18  # multiply-adds below which one thread runs the whole GEMM
@@ -165,11 +166,21 @@ def _valid(g: dict) -> bool:
 
 
 def bind_gemm_step(
-    step: dict, views: dict[str, np.ndarray], kernel_fn: Callable[[dict], tuple]
+    step: dict,
+    views: dict[str, np.ndarray],
+    kernel_fn: Callable[[dict], tuple],
+    constants: frozenset[str] = frozenset(),
+    shared: dict | None = None,
 ) -> Callable[[], None] | None:
     """One callable running the whole GEMM step in compiled code, or None (use numpy).
 
-    ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step."""
+    ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step.
+    float32 steps go to pyforge's own GEMM (cpu_own) where it applies: ``constants`` names the
+    weight slots it packs once, ``shared`` its scratch (cpu_own.shared_scratch)."""
+    if shared is not None:
+        own = bind_own_step(step, views, kernel_fn, constants, shared)
+        if own is not None:
+            return own
     dtype = views[step["d"]].dtype
     gemm, gemv, threads = _blas(dtype)
     if gemm is None or not _valid(step) or any(views[step[t]].dtype != dtype for t in "ab"):

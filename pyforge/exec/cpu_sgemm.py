@@ -1,0 +1,365 @@
+"""pyforge's own float32 GEMM and stride-1 convolution for the cpu target.
+
+A 6x16 micro-kernel written as LLVM IR through a Numba intrinsic (Numba has no vector types; its
+auto-vectorised scalar version reached 17 GFLOP/s, this one 99.5 a core with operands in L1):
+twelve 8-lane accumulators, per k one broadcast of each of 6 left values and two loads of 16
+right values, twelve FMAs. Around it the usual blocking: the left operand (a conv's weights)
+packed once at bind time in panels of 6 rows, the right one packed per KC x NC block.
+
+What it buys over calling BLAS:
+- a stride-1 convolution needs no im2col matrix. The image is copied once into a zero-bordered
+  buffer; in "padded column space" q = oh * Wp + ow (Wp the padded width) the tap (c, ky, kx)
+  reads ``xpad[c * Hp * Wp + ky * dh * Wp + kx * dw + q]``, so each row of the implicit column
+  matrix is a shifted window of the buffer and packs with plain 16-float copies. Columns whose
+  ow falls in the padding are computed and dropped at the store.
+- the step's epilogue (bias per row, residual, Relu) is applied while the finished tile is
+  still in registers, instead of in another pass over the output.
+- every output element is summed in the same order (k blocks in turn, an FMA chain within a
+  block) whatever its row, column or tile, so equal inputs give bit-equal outputs.
+
+Roles: ``C[i, j] = sum_k L[i, k] R[k, j]``; for a conv L is the weights (rows = output
+channels) and R the image, so a tile stores 16 consecutive pixels of 6 channels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import binding as llvm_binding
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core.extending import intrinsic
+
+MR, NR = 6, 16  # micro-tile: 6 rows x 16 columns = 12 AVX2 registers of accumulators
+KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packed block
+
+# the int64 parameter vector of ``sgemm`` (one array, so the drivers stay short)
+(K_DIM, L_ROWS, R_COLS, L_BASE, L_RS, L_KS, L_PACKED, R_BASE, R_RS, R_KS, R_MODE, C_BASE, C_RS,
+ C_CS, C_WP, C_OW, RES_BASE, RELU, BIAS, N_PARAMS) = range(20)  # fmt: skip
+R_STRIDED, R_SHIFTED = 0, 1  # R read from a strided matrix, or as shifted windows of an image
+
+_F32 = ir.FloatType()
+_V8 = ir.VectorType(_F32, 8)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+
+
+def available() -> bool:
+    """Whether this CPU runs the AVX2 + FMA micro-kernel."""
+    features = llvm_binding.get_host_cpu_features()
+    return bool(features.get("avx2")) and bool(features.get("fma"))
+
+
+def _c64(v: int) -> ir.Constant:
+    return ir.Constant(_I64, v)
+
+
+@intrinsic
+def _micro(typingctx, kc, lp, rp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
+    """C[0:MR, 0:NR] (+)= Lp[kc, MR]^T @ Rp[kc, NR]; then, when ``finish``, + bias (one value a
+    row at ``bp``) + residual (rows ``res_ld`` floats apart at ``resp``), Relu when ``relu``.
+    Pointers are byte addresses; with no bias or residual they point at zeros (res_ld 0)."""
+    i64 = types.int64
+    sig = types.void(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)
+
+    def codegen(context, builder, signature, args):
+        kc, lp, rp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu = args
+        module = builder.module
+        fma = module.globals.get("llvm.fma.v8f32") or ir.Function(
+            module, ir.FunctionType(_V8, [_V8, _V8, _V8]), "llvm.fma.v8f32"
+        )
+        pf, pv = _F32.as_pointer(), _V8.as_pointer()
+        zero = ir.Constant(_V8, [0.0] * 8)
+        undef = ir.Constant(_V8, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
+
+        def splat(x):
+            return builder.shuffle_vector(
+                builder.insert_element(undef, x, ir.Constant(_I32, 0)), undef, splat_mask
+            )
+
+        entry = builder.basic_block
+        loop = builder.function.append_basic_block("micro.loop")
+        done = builder.function.append_basic_block("micro.done")
+        builder.cbranch(builder.icmp_signed(">", kc, _c64(0)), loop, done)
+
+        builder.position_at_end(loop)
+        k = builder.phi(_I64)
+        acc = [builder.phi(_V8) for _ in range(2 * MR)]
+        k.add_incoming(_c64(0), entry)
+        for a in acc:
+            a.add_incoming(zero, entry)
+        pa = builder.inttoptr(builder.add(lp, builder.mul(k, _c64(4 * MR))), pf)
+        pb = builder.inttoptr(builder.add(rp, builder.mul(k, _c64(4 * NR))), pv)
+        b = [builder.load(builder.gep(pb, [ir.Constant(_I32, h)]), align=4) for h in range(2)]
+        new = []
+        for i in range(MR):
+            a = splat(builder.load(builder.gep(pa, [ir.Constant(_I32, i)]), align=4))
+            new += [builder.call(fma, [a, b[h], acc[2 * i + h]]) for h in range(2)]
+        k_next = builder.add(k, _c64(1))
+        tail = builder.basic_block
+        k.add_incoming(k_next, tail)
+        for a, v in zip(acc, new):
+            a.add_incoming(v, tail)
+        builder.cbranch(builder.icmp_signed("<", k_next, kc), loop, done)
+
+        builder.position_at_end(done)
+        results = []
+        for v in new:  # all phis first: LLVM wants them at the top of the block
+            results.append(builder.phi(_V8))
+            results[-1].add_incoming(zero, entry)
+            results[-1].add_incoming(v, tail)
+        adding = builder.icmp_signed("!=", accumulate, _c64(0))
+        finishing = builder.icmp_signed("!=", finish, _c64(0))
+        clamping = builder.and_(finishing, builder.icmp_signed("!=", relu, _c64(0)))
+        row_bytes = builder.mul(ldc, _c64(4))
+        res_bytes = builder.mul(res_ld, _c64(4))
+        for i in range(MR):
+            row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
+            res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
+            bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
+            for h in range(2):
+                ptr = builder.inttoptr(builder.add(row, _c64(32 * h)), pv)
+                val = results[2 * i + h]
+                val = builder.select(adding, builder.fadd(builder.load(ptr, align=4), val), val)
+                res = builder.load(
+                    builder.inttoptr(builder.add(res_row, _c64(32 * h)), pv), align=4
+                )
+                done_val = builder.fadd(builder.fadd(val, bias), res)
+                val = builder.select(finishing, done_val, val)
+                positive = builder.fcmp_ordered(">", val, zero)
+                val = builder.select(clamping, builder.select(positive, val, zero), val)
+                builder.store(val, ptr, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _copy16(typingctx, dst, src):
+    """16 floats from byte address ``src`` to ``dst`` as two unaligned 8-lane moves."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        dst, src = args
+        pv = _V8.as_pointer()
+        for h in range(2):
+            v = builder.load(builder.inttoptr(builder.add(src, _c64(32 * h)), pv), align=4)
+            builder.store(v, builder.inttoptr(builder.add(dst, _c64(32 * h)), pv), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(nogil=True, cache=True)
+def pack_panels(src, base, rs, ks, rows, r0, nrows, k0, kc, width, out, o0):
+    """Rows r0..r0+nrows of a strided matrix (row stride ``rs``, k stride ``ks``), k0..k0+kc,
+    as panels of ``width`` rows, each k-major: out[o0 + (p * kc + kk) * width + ii]. Rows past
+    ``rows`` are zero."""
+    zero = out.dtype.type(0)
+    s0, d0 = src.ctypes.data, out.ctypes.data
+    for p in range((nrows + width - 1) // width):
+        o = o0 + p * kc * width
+        r = r0 + p * width
+        full = min(width, rows - r)
+        if rs == 1 and full == width and width == NR:  # contiguous 16 along the panel
+            for kk in range(kc):
+                _copy16(d0 + (o + kk * width) * 4, s0 + (base + r + (k0 + kk) * ks) * 4)
+            continue
+        for ii in range(width):
+            if ii < full:
+                s = base + (r + ii) * rs + k0 * ks
+                for kk in range(kc):
+                    out[o + kk * width + ii] = src[s + kk * ks]
+            else:
+                for kk in range(kc):
+                    out[o + kk * width + ii] = zero
+
+
+@njit(nogil=True, cache=True)
+def pack_shifted(xpad, base, koff, j0, nc, k0, kc, out, o0):
+    """Columns j0..j0+nc (padded column space) of the implicit column matrix, rows k0..k0+kc:
+    row k is the window of ``xpad`` starting at ``base + koff[k]``. Panels as pack_panels."""
+    s0, d0 = xpad.ctypes.data, out.ctypes.data
+    for p in range((nc + NR - 1) // NR):
+        o = o0 + p * kc * NR
+        s = base + j0 + p * NR
+        for kk in range(kc):
+            _copy16(d0 + (o + kk * NR) * 4, s0 + (s + koff[k0 + kk]) * 4)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def pad_image(x, x_base, channels, h, w, top, left, hp, wp, xpad):
+    """xpad[c, top + y, left + x] = x[x_base + c, y, x], zero elsewhere (and in the slack the
+    shifted windows of the last channel read past its plane)."""
+    zero = xpad.dtype.type(0)
+    for c in prange(channels):
+        o = c * hp * wp
+        s = x_base + c * h * w
+        for y in range(hp):
+            row = o + y * wp
+            iy = y - top
+            if iy < 0 or iy >= h:
+                for q in range(wp):
+                    xpad[row + q] = zero
+                continue
+            for q in range(left):
+                xpad[row + q] = zero
+            src = s + iy * w
+            for q in range(w):
+                xpad[row + left + q] = x[src + q]
+            for q in range(left + w, wp):
+                xpad[row + q] = zero
+    for q in range(channels * hp * wp, len(xpad)):
+        xpad[q] = zero
+
+
+@njit(nogil=True, cache=True)
+def _tile_col(g, q):
+    """Element offset of C column ``q`` within a row, or -1 for a dropped (padding) column."""
+    if g[C_WP] == 0:
+        return q * g[C_CS]
+    col = q % g[C_WP]
+    return -1 if col >= g[C_OW] else (q // g[C_WP]) * g[C_OW] + col
+
+
+@njit(nogil=True, cache=True)
+def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
+    """C rows i0..i1 (i0 a multiple of MR), columns j0..j1 (j0 a multiple of NR)."""
+    kdim = g[K_DIM]
+    lp0, tp0, c0, z0 = lp.ctypes.data, tmp.ctypes.data, c.ctypes.data, zeros.ctypes.data
+    b0, res0 = bias.ctypes.data, res.ctypes.data
+    has_res, relu = g[RES_BASE] >= 0, g[RELU]
+    for jc in range(j0, j1, NC):
+        nc = min(NC, j1 - jc)
+        for pc in range(0, kdim, KC):
+            kc = min(KC, kdim - pc)
+            if rp.size:  # R packed whole-K by sgemm: panel q from row pc on
+                rb0, rstride, rstart = rp.ctypes.data, kdim * NR, (jc // NR) * kdim * NR + pc * NR
+            else:
+                if g[R_MODE] == R_SHIFTED:
+                    pack_shifted(r, g[R_BASE], koff, jc, nc, pc, kc, rbuf, 0)
+                else:
+                    pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], g[R_COLS], jc, nc, pc, kc, NR,
+                                rbuf, 0)  # fmt: skip
+                rb0, rstride, rstart = rbuf.ctypes.data, kc * NR, 0
+            first, last = pc == 0, pc + kc == kdim
+            for ic in range(i0, i1, MC):
+                ie = min(ic + MC, i1)
+                for jr in range(0, nc, NR):
+                    q0 = jc + jr
+                    nr = min(NR, j1 - q0)
+                    rpp = rb0 + (rstart + (jr // NR) * rstride) * 4
+                    # the whole tile lands on one contiguous output run?
+                    at = _tile_col(g, q0)
+                    direct = nr == NR and at >= 0 and (g[C_CS] == 1 or g[C_WP] > 0)
+                    if direct and g[C_WP] > 0:
+                        direct = q0 % g[C_WP] + NR <= g[C_OW]
+                    for row in range(ic, ie, MR):
+                        mr = min(MR, ie - row)
+                        lpp = lp0 + ((row // MR) * kdim * MR + pc * MR) * 4
+                        if direct and mr == MR:
+                            o = g[C_BASE] + row * g[C_RS] + at
+                            bp = b0 + row * 4 if g[BIAS] else z0
+                            rsp, rld = z0, 0
+                            if has_res:
+                                rsp, rld = res0 + (g[RES_BASE] + row * g[C_RS] + at) * 4, g[C_RS]
+                            _micro(kc, lpp, rpp, c0 + o * 4, g[C_RS], 0 if first else 1,
+                                   1 if last else 0, bp, rsp, rld, relu)  # fmt: skip
+                            continue
+                        _micro(kc, lpp, rpp, tp0, NR, 0, 0, z0, z0, 0, 0)
+                        for jj in range(nr):
+                            col = _tile_col(g, q0 + jj)
+                            if col < 0:
+                                continue
+                            for ii in range(mr):
+                                o = (row + ii) * g[C_RS] + col
+                                v = tmp[ii * NR + jj]
+                                if not first:
+                                    v += c[g[C_BASE] + o]
+                                if last:
+                                    if g[BIAS]:
+                                        v += bias[row + ii]
+                                    if has_res:
+                                        v += res[g[RES_BASE] + o]
+                                    if relu and v < 0:
+                                        v = 0
+                                c[g[C_BASE] + o] = v
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw):
+    """C = L @ R (+ bias + residual, Relu: see the parameter vector ``g``) on ``parts`` threads.
+
+    L: a strided view into ``l`` or, when ``g[L_PACKED]``, already packed in ``lp`` (else packed
+    here into ``lp``). R: a strided view into ``r``, or shifted windows of the padded image
+    ``r`` at offsets ``koff`` (R_SHIFTED). ``work`` holds ``work_size(parts)`` floats; ``rw``
+    receives all of R packed once where the threads split L's rows (if it is large enough)."""
+    kdim, lrows, rcols = g[K_DIM], g[L_ROWS], g[R_COLS]
+    lpanels = (lrows + MR - 1) // MR
+    if not g[L_PACKED]:
+        share = (lpanels + parts - 1) // parts
+        for t in prange(parts):
+            lo, hi = t * share, min(lpanels, (t + 1) * share)
+            if hi > lo:
+                pack_panels(l, g[L_BASE], g[L_RS], g[L_KS], lrows, lo * MR, (hi - lo) * MR, 0,
+                            kdim, MR, lp, lo * kdim * MR)  # fmt: skip
+    rpanels = (rcols + NR - 1) // NR
+    split_r = rpanels >= lpanels
+    rp = rw[:0]
+    if not split_r and len(rw) >= rpanels * NR * kdim:
+        share = (rpanels + parts - 1) // parts
+        for t in prange(parts):
+            for q in range(t * share, min(rpanels, (t + 1) * share)):
+                o = q * kdim * NR
+                if g[R_MODE] == R_SHIFTED:
+                    pack_shifted(r, g[R_BASE], koff, q * NR, NR, 0, kdim, rw, o)
+                else:
+                    pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], rcols, q * NR, NR, 0, kdim, NR,
+                                rw, o)  # fmt: skip
+        rp = rw[: rpanels * NR * kdim]
+    per = KC * NC + MR * NR + 2 * NR
+    for t in prange(parts):
+        rbuf = work[t * per : t * per + KC * NC]
+        tmp = work[t * per + KC * NC : t * per + KC * NC + MR * NR]
+        zeros = work[t * per + KC * NC + MR * NR : (t + 1) * per]
+        zeros[:] = 0
+        i0, i1, j0, j1 = 0, lrows, 0, rcols
+        if split_r:
+            share = (rpanels + parts - 1) // parts
+            j0, j1 = t * share * NR, min(rcols, (t + 1) * share * NR)
+        else:
+            share = (lpanels + parts - 1) // parts
+            i0, i1 = t * share * MR, min(lrows, (t + 1) * share * MR)
+        if i1 > i0 and j1 > j0:
+            _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros)
+
+
+def work_size(parts: int) -> int:
+    return parts * (KC * NC + MR * NR + 2 * NR)
+
+
+def packed_size(rows: int, kdim: int, width: int) -> int:
+    return -(-rows // width) * width * kdim
+
+
+def whole_r_size(m: int, n: int, k: int) -> int:
+    """Floats ``sgemm`` needs in ``rw`` to pack R once for all threads (0 where it splits R)."""
+    return packed_size(n, k, NR) if -(-n // NR) < -(-m // MR) else 0
+
+
+def shifted_conv(geometry: list[int]) -> dict | None:
+    """For a stride-1 conv (geometry as GemmCall.conv): the padded image's size, each tap row's
+    offset into it, and the padded column space; None for a strided conv."""
+    c, kh, kw, sh, sw, top, left, dh, dw, oh, ow = geometry[1:2] + geometry[4:]
+    if sh != 1 or sw != 1:
+        return None
+    wp = ow + (kw - 1) * dw  # padded width: every output column's window inside it
+    hp = oh + (kh - 1) * dh
+    r = np.arange(c * kh * kw)
+    koff = (r // (kh * kw)) * hp * wp + ((r // kw) % kh) * dh * wp + (r % kw) * dw
+    cols = (oh - 1) * wp + ow
+    # the last panel of 16 reads up to 15 columns past the last one, and the windows of the
+    # last taps reach (kw - 1) * dw past their row
+    size = c * hp * wp + NR + (kw - 1) * dw + (kh - 1) * dh * wp
+    return {"koff": koff.astype(np.int64), "wp": wp, "hp": hp, "cols": cols, "size": size,
+            "top": top, "left": left}  # fmt: skip

@@ -1,0 +1,122 @@
+"""pyforge's own float32 GEMM on the cpu target (cpu_sgemm via cpu_own): convolutions without an
+im2col matrix, epilogues in the GEMM's store, and the same summation order for every element."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import pyforge
+from pyforge.exec import cpu_own, cpu_sgemm
+from tests.helpers import check_against_ort, make_model
+
+pytestmark = pytest.mark.skipif(not cpu_sgemm.available(), reason="needs AVX2 + FMA")
+
+
+def _conv(cin, cout, hw, k, stride=1, pads=(0, 0, 0, 0), dil=1, batch=1, tail=(), seed=0):
+    """Conv (+ bias) followed by the ops in ``tail`` ("residual", "relu", "sigmoid")."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((cout, cin, k, k)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b")
+    attrs = dict(pads=list(pads), strides=[stride, stride], dilations=[dil, dil])
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], **attrs)]
+    h, wd = hw
+    oh = (h + pads[0] + pads[2] - dil * (k - 1) - 1) // stride + 1
+    ow = (wd + pads[1] + pads[3] - dil * (k - 1) - 1) // stride + 1
+    inputs = [("x", np.float32, [batch, cin, h, wd])]
+    feeds = {"x": rng.standard_normal((batch, cin, h, wd)).astype(np.float32)}
+    for i, op in enumerate(tail):
+        src, dst = f"t{i}", f"t{i + 1}"
+        if op == "residual":
+            inputs.append(("r", np.float32, [batch, cout, oh, ow]))
+            feeds["r"] = rng.standard_normal((batch, cout, oh, ow)).astype(np.float32)
+            nodes.append(helper.make_node("Add", [src, "r"], [dst]))
+        else:
+            nodes.append(helper.make_node(op.capitalize(), [src], [dst]))
+    nodes[-1].output[0] = "y"
+    model = make_model(nodes, inputs, [("y", np.float32, [batch, cout, oh, ow])], [w, b])
+    return model, feeds
+
+
+CONVS = {
+    "3x3 pad 1": dict(cin=8, cout=16, hw=(20, 23), k=3, pads=(1, 1, 1, 1)),
+    "uneven pads": dict(cin=5, cout=13, hw=(17, 19), k=3, pads=(2, 0, 1, 1)),
+    "5x5 dilated": dict(cin=4, cout=7, hw=(21, 18), k=5, pads=(4, 4, 4, 4), dil=2),
+    "1x1 padded": dict(cin=9, cout=12, hw=(9, 33), k=1, pads=(1, 1, 1, 1)),
+    "7x7 map": dict(cin=32, cout=24, hw=(7, 7), k=3, pads=(1, 1, 1, 1)),
+    "strided": dict(cin=6, cout=10, hw=(31, 30), k=3, stride=2, pads=(1, 1, 1, 1)),
+    "batch 2": dict(cin=6, cout=8, hw=(16, 16), k=3, pads=(1, 1, 1, 1), batch=2),
+    "long k": dict(cin=64, cout=8, hw=(12, 12), k=3, pads=(1, 1, 1, 1)),  # 576: 3 k blocks
+}
+TAILS = {"none": (), "relu": ("relu",), "res+relu": ("residual", "relu"), "sigmoid": ("sigmoid",)}
+
+
+@pytest.mark.parametrize("tail", sorted(TAILS))
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_conv_matches_ort(case, tail):
+    model, feeds = _conv(**CONVS[case], tail=TAILS[tail])
+    compiled, _ = check_against_ort(model, feeds)
+    assert compiled.stats["launches"] == 1  # pad + GEMM + epilogue in one driver
+
+
+def test_own_and_blas_paths_agree(monkeypatch):
+    model, feeds = _conv(**CONVS["long k"], tail=("residual", "relu"))
+    own = pyforge.compile(model, target="cpu").predict(feeds)
+    monkeypatch.setattr(cpu_own, "ENABLED", False)
+    blas = pyforge.compile(model, target="cpu").predict(feeds)
+    np.testing.assert_allclose(own, blas, rtol=1e-4, atol=1e-4)  # two summation orders
+
+
+def test_equal_channels_give_bit_equal_outputs():
+    """Every output element is summed in the same order, whatever its tile: output channels
+    whose weights are equal come out bit-equal (BLAS tiles can leave them ulps apart)."""
+    rng = np.random.default_rng(5)
+    w = np.broadcast_to(rng.standard_normal((1, 48, 1, 1)), (100, 48, 1, 1)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    model = make_model(
+        [node],
+        [("x", np.float32, [1, 48, 13, 13])],
+        [("y", np.float32, [1, 100, 13, 13])],
+        [numpy_helper.from_array(np.ascontiguousarray(w), "w")],
+    )
+    x = rng.standard_normal((1, 48, 13, 13)).astype(np.float32) * 1e3
+    y = pyforge.compile(model, target="cpu").predict({"x": x})
+    assert (y == y[:, :1]).all()
+
+
+def test_shifted_conv_geometry():
+    """Padded column space: taps are offsets into one zero-bordered image."""
+    #            n  c  h  w  kh kw sh sw top left dh dw oh ow
+    shift = cpu_sgemm.shifted_conv([1, 2, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 5, 6])
+    assert (shift["wp"], shift["hp"]) == (8, 7)
+    assert shift["cols"] == 4 * 8 + 6
+    assert list(shift["koff"][:4]) == [0, 1, 2, 8]
+    assert shift["koff"][9] == 7 * 8  # channel 1
+    assert cpu_sgemm.shifted_conv([1, 2, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3]) is None
+
+
+def test_padded_image():
+    x = np.arange(2 * 3 * 4, dtype=np.float32) + 1
+    xpad = np.full(2 * 6 * 7 + 5, np.nan, np.float32)
+    cpu_sgemm.pad_image(x, 0, 2, 3, 4, 2, 1, 6, 7, xpad)
+    want = np.zeros((2, 6, 7), np.float32)
+    want[:, 2:5, 1:5] = x.reshape(2, 3, 4)
+    np.testing.assert_array_equal(xpad[: want.size], want.ravel())
+    assert not xpad[want.size :].any()
+
+
+def _gemm_model(m, k, n, trans_b, alpha) -> onnx.ModelProto:
+    b = np.random.default_rng(m).standard_normal((n, k) if trans_b else (k, n))
+    node = helper.make_node("Gemm", ["a", "b"], ["y"], transB=trans_b, alpha=alpha)
+    init = [numpy_helper.from_array(b.astype(np.float32), "b")]
+    return make_model([node], [("a", np.float32, [m, k])], [("y", np.float32, [m, n])], init)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_with_activation_left_operand(trans_b, alpha):
+    """A is an input, packed at run time; alpha 0.5 cannot be folded into it, so that case
+    takes the BLAS driver."""
+    m, k, n = 37, 300, 70
+    feeds = {"a": np.random.default_rng(9).standard_normal((m, k)).astype(np.float32)}
+    check_against_ort(_gemm_model(m, k, n, trans_b, alpha), feeds)

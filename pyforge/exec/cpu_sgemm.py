@@ -229,6 +229,7 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
     lp0, tp0, c0, z0 = lp.ctypes.data, tmp.ctypes.data, c.ctypes.data, zeros.ctypes.data
     b0, res0 = bias.ctypes.data, res.ctypes.data
     has_res, relu = g[RES_BASE] >= 0, g[RELU]
+    cols = np.empty(NR, np.int64)  # a tile's columns' offsets in a C row (-1: dropped)
     for jc in range(j0, j1, NC):
         nc = min(NC, j1 - jc)
         for pc in range(0, kdim, KC):
@@ -250,10 +251,11 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
                     nr = min(NR, j1 - q0)
                     rpp = rb0 + (rstart + (jr // NR) * rstride) * 4
                     # the whole tile lands on one contiguous output run?
-                    at = _tile_col(g, q0)
-                    direct = nr == NR and at >= 0 and (g[C_CS] == 1 or g[C_WP] > 0)
-                    if direct and g[C_WP] > 0:
-                        direct = q0 % g[C_WP] + NR <= g[C_OW]
+                    for jj in range(NR):
+                        cols[jj] = _tile_col(g, q0 + jj) if jj < nr else -1
+                    at = cols[0]
+                    direct = nr == NR and at >= 0 and cols[NR - 1] == at + NR - 1
+                    direct = direct and (g[C_CS] == 1 or g[C_WP] > 0)
                     for row in range(ic, ie, MR):
                         mr = min(MR, ie - row)
                         lpp = lp0 + ((row // MR) * kdim * MR + pc * MR) * 4
@@ -268,7 +270,7 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
                             continue
                         _micro(kc, lpp, rpp, tp0, NR, 0, 0, z0, z0, 0, 0)
                         for jj in range(nr):
-                            col = _tile_col(g, q0 + jj)
+                            col = cols[jj]
                             if col < 0:
                                 continue
                             for ii in range(mr):

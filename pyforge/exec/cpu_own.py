@@ -26,7 +26,7 @@ from pyforge.exec.cpu_sgemm import pad_image, sgemm
 {imports}
 
 @njit(nogil=True, cache=True)
-def kernel(parts, g, d, l, lp, r, koff, c, bias, res, work, rw, x, cin, beta, {params}):
+def kernel(parts, g, d, l, lp, r, koff, c, bias, res, work, rw, qbuf, x, cin, beta, {params}):
 {prologue}    for bi in range(d[0]):
         g[{L_BASE}] = bi * d[1]
         g[{C_BASE}] = bi * d[2]
@@ -36,7 +36,8 @@ def kernel(parts, g, d, l, lp, r, koff, c, bias, res, work, rw, x, cin, beta, {p
             pad_image(x, bi * d[6] * d[7] * d[8], d[6], d[7], d[8], d[9], d[10], d[11], d[12], r)
         else:
             g[{R_BASE}] = bi * d[13]
-        sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw)
+        sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw,
+              qbuf)
 {residual}{epilogue}"""
 
 # D += beta * C (a Gemm's C input); d[14:19] = m, n, ldd, ldc, stride_c
@@ -67,9 +68,15 @@ def shared_scratch(steps: list[dict]) -> dict:
     whole-R packing and the largest padded image."""
     gemms = [s for s in steps if s["kind"] == "gemm"]
     rw = max((sg.whole_r_size(s["m"], s["n"], s["k"]) for s in gemms), default=0)
-    pads = [sg.shifted_conv(s["conv"]["geometry"]) for s in gemms if s.get("conv")]
-    xpad = max((p["size"] for p in pads if p), default=0)
-    return {"rw": np.empty(rw, np.float32), "xpad": np.empty(xpad, np.float32)}
+    convs = [(s, sg.shifted_conv(s["conv"]["geometry"])) for s in gemms if s.get("conv")]
+    convs = [(s, p) for s, p in convs if p]
+    xpad = max((p["size"] for _, p in convs), default=0)
+    qbuf = max((sg.staging_size(s["m"], p["cols"]) for s, p in convs), default=0)
+    return {
+        "rw": np.empty(rw, np.float32),
+        "xpad": np.empty(xpad, np.float32),
+        "qbuf": np.empty(qbuf, np.float32),
+    }
 
 
 def _prepack(step: dict, a: np.ndarray, constant: bool) -> tuple[np.ndarray, int, int, bool]:
@@ -178,7 +185,7 @@ def bind_own_step(
     if len(rw) < sg.whole_r_size(step["m"], step["n"], step["k"]):
         rw = rw[:0]
     args = (parts, g, d, views[step["a"]], lp, r, koff, views[step["d"]], bias, res, shared[key])
-    args += (rw, x, cin, beta, *values)
+    args += (rw, shared["qbuf"], x, cin, beta, *values)
     return lambda: driver(*args)
 
 

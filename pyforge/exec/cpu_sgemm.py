@@ -223,9 +223,37 @@ def _tile_col(g, q):
 
 
 @njit(nogil=True, cache=True)
-def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
-    """C rows i0..i1 (i0 a multiple of MR), columns j0..j1 (j0 a multiple of NR)."""
+def _store(g, c, bias, res, src, s0, ld, cols, row, mr, nr):
+    """A finished tile from ``src`` (rows ``ld`` apart from ``s0``) into C, with the epilogue;
+    columns whose offset ``cols[jj]`` is -1 (padding) are dropped."""
+    has_res, relu = g[RES_BASE] >= 0, g[RELU]
+    for ii in range(mr):
+        o = g[C_BASE] + (row + ii) * g[C_RS]
+        ro = g[RES_BASE] + (row + ii) * g[C_RS]
+        b = bias[row + ii] if g[BIAS] else src.dtype.type(0)
+        for jj in range(nr):
+            col = cols[jj]
+            if col < 0:
+                continue
+            v = src[s0 + ii * ld + jj] + b
+            if has_res:
+                v += res[ro + col]
+            if relu and v < 0:
+                v = 0
+            c[o + col] = v
+
+
+@njit(nogil=True, cache=True)
+def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qbuf):
+    """C rows i0..i1 (i0 a multiple of MR), columns j0..j1 (j0 a multiple of NR).
+
+    A tile that does not land on one contiguous output run is summed through a buffer and
+    stored element by element: in ``qbuf`` (padded column space, rows ``qld`` apart) across k
+    blocks and stored once, when the conv has one; else in ``tmp``, stored every k block."""
     kdim = g[K_DIM]
+    qld = (g[R_COLS] + NR - 1) // NR * NR
+    staged = g[C_WP] > 0 and len(qbuf) >= ((g[L_ROWS] + MR - 1) // MR * MR) * qld
+    qb0 = qbuf.ctypes.data
     lp0, tp0, c0, z0 = lp.ctypes.data, tmp.ctypes.data, c.ctypes.data, zeros.ctypes.data
     b0, res0 = bias.ctypes.data, res.ctypes.data
     has_res, relu = g[RES_BASE] >= 0, g[RELU]
@@ -268,6 +296,13 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
                             _micro(kc, lpp, rpp, c0 + o * 4, g[C_RS], 0 if first else 1,
                                    1 if last else 0, bp, rsp, rld, relu)  # fmt: skip
                             continue
+                        if staged:
+                            _micro(kc, lpp, rpp, qb0 + (row * qld + q0) * 4, qld,
+                                   0 if first else 1, 0, z0, z0, 0, 0)  # fmt: skip
+                            if last:
+                                _store(g, c, bias, res, qbuf, row * qld + q0, qld, cols, row,
+                                       mr, nr)  # fmt: skip
+                            continue
                         _micro(kc, lpp, rpp, tp0, NR, 0, 0, z0, z0, 0, 0)
                         for jj in range(nr):
                             col = cols[jj]
@@ -289,13 +324,14 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw):
+def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
     """C = L @ R (+ bias + residual, Relu: see the parameter vector ``g``) on ``parts`` threads.
 
     L: a strided view into ``l`` or, when ``g[L_PACKED]``, already packed in ``lp`` (else packed
     here into ``lp``). R: a strided view into ``r``, or shifted windows of the padded image
     ``r`` at offsets ``koff`` (R_SHIFTED). ``work`` holds ``work_size(parts)`` floats; ``rw``
-    receives all of R packed once where the threads split L's rows (if it is large enough)."""
+    receives all of R packed once where the threads split L's rows (if it is large enough);
+    ``qbuf`` stages a shifted conv's straddling tiles (see _part)."""
     kdim, lrows, rcols = g[K_DIM], g[L_ROWS], g[R_COLS]
     lpanels = (lrows + MR - 1) // MR
     if not g[L_PACKED]:
@@ -333,7 +369,7 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw):
             share = (lpanels + parts - 1) // parts
             i0, i1 = t * share * MR, min(lrows, (t + 1) * share * MR)
         if i1 > i0 and j1 > j0:
-            _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros)
+            _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qbuf)
 
 
 def work_size(parts: int) -> int:
@@ -342,6 +378,12 @@ def work_size(parts: int) -> int:
 
 def packed_size(rows: int, kdim: int, width: int) -> int:
     return -(-rows // width) * width * kdim
+
+
+def staging_size(m: int, cols: int) -> int:
+    """Floats of ``qbuf`` a shifted conv of ``m`` output channels and ``cols`` padded columns
+    stages its straddling tiles in."""
+    return -(-m // MR) * MR * (-(-cols // NR) * NR)
 
 
 def whole_r_size(m: int, n: int, k: int) -> int:

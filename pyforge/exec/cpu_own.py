@@ -26,14 +26,16 @@ from pyforge.exec.cpu_sgemm import pad_image, sgemm
 {imports}
 
 @njit(nogil=True, cache=True)
-def kernel(parts, g, d, l, lp, r, koff, c, bias, res, work, rw, qbuf, x, cin, beta, {params}):
+def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x, cin, beta,
+           {params}):
 {prologue}    for bi in range(d[0]):
         g[{L_BASE}] = bi * d[1]
         g[{C_BASE}] = bi * d[2]
         if g[{RES_BASE}] >= 0:
             g[{RES_BASE}] = bi * d[2]
-        if d[5]:  # a stride-1 conv: image bi into the zero-bordered buffer r
-            pad_image(x, bi * d[6] * d[7] * d[8], d[6], d[7], d[8], d[9], d[10], d[11], d[12], r)
+        if d[5]:  # a conv: image bi into the zero-bordered planes r
+            pad_image(x, bi * d[6] * d[7] * d[8], d[6], d[7], d[8], d[9], d[10], phases, d[11],
+                      d[12], r)
         else:
             g[{R_BASE}] = bi * d[13]
         sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw,
@@ -69,7 +71,7 @@ def shared_scratch(steps: list[dict]) -> dict:
     gemms = [s for s in steps if s["kind"] == "gemm"]
     rw = max((sg.whole_r_size(s["m"], s["n"], s["k"]) for s in gemms), default=0)
     convs = [(s, sg.shifted_conv(s["conv"]["geometry"])) for s in gemms if s.get("conv")]
-    convs = [(s, p) for s, p in convs if p]
+    # (strided 1x1 convs take im2col instead, so this may be more than needed)
     xpad = max((p["size"] for _, p in convs), default=0)
     qbuf = max((sg.staging_size(s["m"], p["cols"]) for s, p in convs), default=0)
     return {
@@ -105,8 +107,11 @@ def bind_own_step(
     if not usable(step, views, step["a"] in constants) or "rw" not in shared:
         return None
     conv, shift = step.get("conv"), None
-    if conv is not None:
-        shift = sg.shifted_conv(conv["geometry"])
+    # a strided 1x1 conv keeps its im2col (a plain subsample): its windows would not overlap,
+    # and its tiles would straddle output rows
+    geo = conv["geometry"] if conv is not None else None
+    if geo is not None and (geo[6:8] == [1, 1] or geo[4] * geo[5] > 1):
+        shift = sg.shifted_conv(geo)
     g = np.zeros(sg.N_PARAMS, np.int64)
     g[sg.K_DIM], g[sg.L_ROWS], g[sg.R_COLS] = step["k"], step["m"], step["n"]
     g[sg.L_RS], g[sg.L_KS] = (1, step["lda"]) if step["trans_a"] else (step["lda"], 1)
@@ -115,9 +120,9 @@ def bind_own_step(
     d = np.zeros(19, np.int64)  # the driver's sizes (see _DRIVER, _RESIDUAL)
     d[:5] = step["batch"], step["stride_a"], step["stride_d"], lstep, lsize
     d[13] = step["stride_b"]
-    koff, x = np.zeros(1, np.int64), np.zeros(1, np.float32)
+    koff, x, phases = np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 4), np.int64)
     if shift is not None:  # R: shifted windows of the padded image
-        r, koff, x = shared["xpad"], shift["koff"], views[conv["x"]]
+        r, koff, x, phases = shared["xpad"], shift["koff"], views[conv["x"]], shift["phases"]
         g[sg.R_MODE], g[sg.R_COLS] = sg.R_SHIFTED, shift["cols"]
         g[sg.C_WP], g[sg.C_OW] = shift["wp"], conv["geometry"][13]
         d[5:13] = 1, *conv["geometry"][1:4], shift["top"], shift["left"], shift["hp"], shift["wp"]
@@ -184,7 +189,8 @@ def bind_own_step(
     rw = shared["rw"]
     if len(rw) < sg.whole_r_size(step["m"], step["n"], step["k"]):
         rw = rw[:0]
-    args = (parts, g, d, views[step["a"]], lp, r, koff, views[step["d"]], bias, res, shared[key])
+    args = (parts, g, d, views[step["a"]], lp, r, koff, phases, views[step["d"]], bias, res)
+    args += (shared[key],)
     args += (rw, shared["qbuf"], x, cin, beta, *values)
     return lambda: driver(*args)
 

@@ -188,28 +188,29 @@ def pack_shifted(xpad, base, koff, j0, nc, k0, kc, out, o0):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def pad_image(x, x_base, channels, h, w, top, left, hp, wp, xpad):
-    """xpad[c, top + y, left + x] = x[x_base + c, y, x], zero elsewhere (and in the slack the
-    shifted windows of the last channel read past its plane)."""
+def pad_image(x, x_base, channels, h, w, top, left, phases, hp, wp, xpad):
+    """The zero-bordered image, one plane per (phase, channel): for a stride (sh, sw) conv the
+    phase (py, px) = ``phases[p]`` holds xpad[p, c, i, j] = x[c, i * sh + py - top,
+    j * sw + px - left] (phases[p] also gives sh, sw: rows (py, px, sh, sw)); a stride-1 conv
+    has the one phase (0, 0, 1, 1). Zero outside the image and in the slack after the planes."""
     zero = xpad.dtype.type(0)
-    for c in prange(channels):
-        o = c * hp * wp
+    for t in prange(len(phases) * channels):
+        p, c = t // channels, t % channels
+        py, px, sh, sw = phases[p, 0], phases[p, 1], phases[p, 2], phases[p, 3]
+        o = t * hp * wp
         s = x_base + c * h * w
-        for y in range(hp):
-            row = o + y * wp
-            iy = y - top
+        for i in range(hp):
+            row = o + i * wp
+            iy = i * sh + py - top
             if iy < 0 or iy >= h:
                 for q in range(wp):
                     xpad[row + q] = zero
                 continue
-            for q in range(left):
-                xpad[row + q] = zero
             src = s + iy * w
-            for q in range(w):
-                xpad[row + left + q] = x[src + q]
-            for q in range(left + w, wp):
-                xpad[row + q] = zero
-    for q in range(channels * hp * wp, len(xpad)):
+            for q in range(wp):
+                ix = q * sw + px - left
+                xpad[row + q] = x[src + ix] if 0 <= ix < w else zero
+    for q in range(len(phases) * channels * hp * wp, len(xpad)):
         xpad[q] = zero
 
 
@@ -391,19 +392,22 @@ def whole_r_size(m: int, n: int, k: int) -> int:
     return packed_size(n, k, NR) if -(-n // NR) < -(-m // MR) else 0
 
 
-def shifted_conv(geometry: list[int]) -> dict | None:
-    """For a stride-1 conv (geometry as GemmCall.conv): the padded image's size, each tap row's
-    offset into it, and the padded column space; None for a strided conv."""
+def shifted_conv(geometry: list[int]) -> dict:
+    """A conv (geometry as GemmCall.conv) as shifted windows: the zero-bordered image planes
+    (one per phase of the stride that some tap reads, per channel), each tap row's offset into
+    them, and the padded column space q = oh * wp + ow. Stride s reads phase (ky * dh % s) at
+    row offset ky * dh // s: a stride-s conv is a stride-1 conv over the phases' planes."""
     c, kh, kw, sh, sw, top, left, dh, dw, oh, ow = geometry[1:2] + geometry[4:]
-    if sh != 1 or sw != 1:
-        return None
-    wp = ow + (kw - 1) * dw  # padded width: every output column's window inside it
-    hp = oh + (kh - 1) * dh
+    wp = ow + (kw - 1) * dw // sw  # padded width: every output column's window inside it
+    hp = oh + (kh - 1) * dh // sh
     r = np.arange(c * kh * kw)
-    koff = (r // (kh * kw)) * hp * wp + ((r // kw) % kh) * dh * wp + (r % kw) * dw
-    cols = (oh - 1) * wp + ow
-    # the last panel of 16 reads up to 15 columns past the last one, and the windows of the
-    # last taps reach (kw - 1) * dw past their row
-    size = c * hp * wp + NR + (kw - 1) * dw + (kh - 1) * dh * wp
-    return {"koff": koff.astype(np.int64), "wp": wp, "hp": hp, "cols": cols, "size": size,
-            "top": top, "left": left}  # fmt: skip
+    ky, kx, ch = (r // kw) % kh, r % kw, r // (kh * kw)
+    used = sorted({(y * dh % sh, x * dw % sw) for y in range(kh) for x in range(kw)})
+    slot = {ph: i for i, ph in enumerate(used)}
+    phase = np.array([slot[(y * dh % sh, x * dw % sw)] for y, x in zip(ky, kx)], np.int64)
+    koff = ((phase * c + ch) * hp + ky * dh // sh) * wp + kx * dw // sw
+    phases = np.array([(py, px, sh, sw) for py, px in used], np.int64)
+    # the last panel of 16 reads up to 15 columns past the last one
+    size = len(used) * c * hp * wp + 2 * NR
+    return {"koff": koff.astype(np.int64), "wp": wp, "hp": hp, "cols": (oh - 1) * wp + ow,
+            "size": size, "top": top, "left": left, "phases": phases}  # fmt: skip

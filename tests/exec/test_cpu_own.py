@@ -45,6 +45,9 @@ CONVS = {
     "1x1 padded": dict(cin=9, cout=12, hw=(9, 33), k=1, pads=(1, 1, 1, 1)),
     "7x7 map": dict(cin=32, cout=24, hw=(7, 7), k=3, pads=(1, 1, 1, 1)),
     "strided": dict(cin=6, cout=10, hw=(31, 30), k=3, stride=2, pads=(1, 1, 1, 1)),
+    "7x7 stride 2": dict(cin=3, cout=8, hw=(30, 27), k=7, stride=2, pads=(3, 2, 3, 1)),
+    "stride 3 dilated": dict(cin=4, cout=9, hw=(26, 29), k=3, stride=3, pads=(2, 2, 2, 2), dil=2),
+    "1x1 stride 2": dict(cin=12, cout=16, hw=(15, 14), k=1, stride=2),
     "batch 2": dict(cin=6, cout=8, hw=(16, 16), k=3, pads=(1, 1, 1, 1), batch=2),
     "long k": dict(cin=64, cout=8, hw=(12, 12), k=3, pads=(1, 1, 1, 1)),  # 576: 3 k blocks
 }
@@ -92,13 +95,19 @@ def test_shifted_conv_geometry():
     assert shift["cols"] == 4 * 8 + 6
     assert list(shift["koff"][:4]) == [0, 1, 2, 8]
     assert shift["koff"][9] == 7 * 8  # channel 1
-    assert cpu_sgemm.shifted_conv([1, 2, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3]) is None
+    # stride 2: four phase planes of (3 + 1) x (3 + 1); tap (ky, kx) reads phase (ky % 2, kx % 2)
+    # at (ky // 2, kx // 2)
+    shift = cpu_sgemm.shifted_conv([1, 2, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3])
+    assert (shift["wp"], shift["hp"], len(shift["phases"])) == (4, 4, 4)
+    plane = 4 * 4
+    assert list(shift["koff"][:3]) == [0, 2 * plane, 1]  # (0,0) (0,1) (0,2) of channel 0
+    assert shift["koff"][3] == 2 * 2 * plane  # (1, 0): phase (1, 0) is the third (of 2 channels)
 
 
 def test_padded_image():
     x = np.arange(2 * 3 * 4, dtype=np.float32) + 1
     xpad = np.full(2 * 6 * 7 + 5, np.nan, np.float32)
-    cpu_sgemm.pad_image(x, 0, 2, 3, 4, 2, 1, 6, 7, xpad)
+    cpu_sgemm.pad_image(x, 0, 2, 3, 4, 2, 1, np.array([[0, 0, 1, 1]]), 6, 7, xpad)
     want = np.zeros((2, 6, 7), np.float32)
     want[:, 2:5, 1:5] = x.reshape(2, 3, 4)
     np.testing.assert_array_equal(xpad[: want.size], want.ravel())

@@ -49,8 +49,10 @@ def main() -> None:
     ratio = a / b
     print(f"A ({attr}=True)  median {np.median(a) * 1e3:.1f} ms, min {a.min() * 1e3:.1f}")
     print(f"B ({attr}=False) median {np.median(b) * 1e3:.1f} ms, min {b.min() * 1e3:.1f}")
-    print(f"per-pair A/B: median {np.median(ratio):.3f}, quartiles "
-          f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}")
+    print(
+        f"per-pair A/B: median {np.median(ratio):.3f}, quartiles "
+        f"{np.percentile(ratio, 25):.3f}-{np.percentile(ratio, 75):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Binds a float32 GEMM step of the cpu target to cpu_sgemm: one generated driver per step.
 
-The driver pads the image (a stride-1 conv: no im2col), runs ``sgemm`` with the weights packed
-at bind time, and leaves the epilogue to the GEMM's store when it is bias-per-row (+ residual)
+The driver copies a conv's image into zero-bordered (phase) planes (no im2col), runs ``sgemm``
+with the weights packed at bind time, and leaves the epilogue to the GEMM's store when it is bias-per-row (+ residual)
 (+ Relu); any other epilogue kernel runs after it, as in the BLAS driver.
 """
 

@@ -1,4 +1,4 @@
-"""pyforge's own float32 GEMM and stride-1 convolution for the cpu target.
+"""pyforge's own float32 GEMM and convolution for the cpu target.
 
 A 6x16 micro-kernel written as LLVM IR through a Numba intrinsic (Numba has no vector types; its
 auto-vectorised scalar version reached 17 GFLOP/s, this one 99.5 a core with operands in L1):
@@ -7,11 +7,12 @@ right values, twelve FMAs. Around it the usual blocking: the left operand (a con
 packed once at bind time in panels of 6 rows, the right one packed per KC x NC block.
 
 What it buys over calling BLAS:
-- a stride-1 convolution needs no im2col matrix. The image is copied once into a zero-bordered
+- a convolution needs no im2col matrix. The image is copied once into a zero-bordered
   buffer; in "padded column space" q = oh * Wp + ow (Wp the padded width) the tap (c, ky, kx)
   reads ``xpad[c * Hp * Wp + ky * dh * Wp + kx * dw + q]``, so each row of the implicit column
   matrix is a shifted window of the buffer and packs with plain 16-float copies. Columns whose
-  ow falls in the padding are computed and dropped at the store.
+  ow falls in the padding are computed and dropped at the store. A stride-s conv is the same
+  over the s*s phase planes of the image (see ``shifted_conv``).
 - the step's epilogue (bias per row, residual, Relu) is applied while the finished tile is
   still in registers, instead of in another pass over the output.
 - every output element is summed in the same order (k blocks in turn, an FMA chain within a

@@ -59,8 +59,8 @@ REFUSED = [
 CUDA_NOTE = [
     "Measured on one H200 with `python3 scripts/gpu_conformance_sample.py --n 300`: the light",
     "ResNet-50 passes on cuda. Node tests, from a seeded sample of 300 of those that pass on cpu:",
-    "second session 299 of 300; third session (with the on-device index checks) 255 of the 256",
-    "that ran within the 90 s budget. The one failure both times,",
+    "second session 299 of 300; third session, on its final code (with the on-device index",
+    "checks), 299 of 300 again. The one failure both times,",
     "`test_flexattention_double_expanded_ver26`, puts NaNs in other places than the reference.",
     "Before the empty-tensor fix (zero-byte host buffers are plain arrays, not pinned) the same",
     "sample gave 289 of 300, every failure a `null buffer pointer` on an empty tensor.",

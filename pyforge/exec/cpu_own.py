@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from ..lower_numba.cache import load_kernel
+from . import cpu_pack as pk
 from . import cpu_sgemm as sg
 
 ENABLED = True  # float32 GEMM steps on cpu_sgemm where the CPU has AVX2 + FMA
@@ -22,7 +23,8 @@ _DRIVER = """\
 import sys
 import numpy as np
 from numba import njit
-from pyforge.exec.cpu_sgemm import pad_image, sgemm
+from pyforge.exec.cpu_pack import pad_image
+from pyforge.exec.cpu_sgemm import sgemm
 {imports}
 
 @njit(nogil=True, cache=True)
@@ -70,7 +72,7 @@ def shared_scratch(steps: list[dict]) -> dict:
     whole-R packing and the largest padded image."""
     gemms = [s for s in steps if s["kind"] == "gemm"]
     rw = max((sg.whole_r_size(s["m"], s["n"], s["k"]) for s in gemms), default=0)
-    convs = [(s, sg.shifted_conv(s["conv"]["geometry"])) for s in gemms if s.get("conv")]
+    convs = [(s, pk.shifted_conv(s["conv"]["geometry"])) for s in gemms if s.get("conv")]
     # (strided 1x1 convs take im2col instead, so this may be more than needed)
     xpad = max((p["size"] for _, p in convs), default=0)
     qbuf = max((sg.staging_size(s["m"], p["cols"]) for s, p in convs), default=0)
@@ -84,7 +86,7 @@ def shared_scratch(steps: list[dict]) -> dict:
 def _prepack(step: dict, a: np.ndarray, constant: bool) -> tuple[np.ndarray, int, int, bool]:
     """(packed-L buffer, per-batch offset, per-batch size, packed already) for step's A."""
     m, k, batch = step["m"], step["k"], step["batch"]
-    size = sg.packed_size(m, k, sg.MR)
+    size = pk.packed_size(m, k, sg.MR)
     if not constant:
         return np.empty(size, np.float32), 0, size, False
     rs, ks = (1, step["lda"]) if step["trans_a"] else (step["lda"], 1)
@@ -92,7 +94,7 @@ def _prepack(step: dict, a: np.ndarray, constant: bool) -> tuple[np.ndarray, int
     lp = np.empty(size if one else size * batch, np.float32)
     src = a if step["alpha"] == 1.0 else (a * np.float32(step["alpha"])).astype(np.float32)
     for bi in range(1 if one else batch):
-        sg.pack_panels(src, bi * step["stride_a"], rs, ks, m, 0, m, 0, k, sg.MR, lp, bi * size)
+        pk.pack_panels(src, bi * step["stride_a"], rs, ks, m, 0, m, 0, k, sg.MR, lp, bi * size)
     return lp, (0 if one else size), size, True
 
 
@@ -111,7 +113,7 @@ def bind_own_step(
     # and its tiles would straddle output rows
     geo = conv["geometry"] if conv is not None else None
     if geo is not None and (geo[6:8] == [1, 1] or geo[4] * geo[5] > 1):
-        shift = sg.shifted_conv(geo)
+        shift = pk.shifted_conv(geo)
     g = np.zeros(sg.N_PARAMS, np.int64)
     g[sg.K_DIM], g[sg.L_ROWS], g[sg.R_COLS] = step["k"], step["m"], step["n"]
     g[sg.L_RS], g[sg.L_KS] = (1, step["lda"]) if step["trans_a"] else (step["lda"], 1)

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import pyforge
-from pyforge.exec import cpu_own, cpu_sgemm
+from pyforge.exec import cpu_own, cpu_pack, cpu_sgemm
 from tests.helpers import check_against_ort, make_model
 
 pytestmark = pytest.mark.skipif(not cpu_sgemm.available(), reason="needs AVX2 + FMA")
@@ -90,14 +90,14 @@ def test_equal_channels_give_bit_equal_outputs():
 def test_shifted_conv_geometry():
     """Padded column space: taps are offsets into one zero-bordered image."""
     #            n  c  h  w  kh kw sh sw top left dh dw oh ow
-    shift = cpu_sgemm.shifted_conv([1, 2, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 5, 6])
+    shift = cpu_pack.shifted_conv([1, 2, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 5, 6])
     assert (shift["wp"], shift["hp"]) == (8, 7)
     assert shift["cols"] == 4 * 8 + 6
     assert list(shift["koff"][:4]) == [0, 1, 2, 8]
     assert shift["koff"][9] == 7 * 8  # channel 1
     # stride 2: four phase planes of (3 + 1) x (3 + 1); tap (ky, kx) reads phase (ky % 2, kx % 2)
     # at (ky // 2, kx // 2)
-    shift = cpu_sgemm.shifted_conv([1, 2, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3])
+    shift = cpu_pack.shifted_conv([1, 2, 5, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3])
     assert (shift["wp"], shift["hp"], len(shift["phases"])) == (4, 4, 4)
     plane = 4 * 4
     assert list(shift["koff"][:3]) == [0, 2 * plane, 1]  # (0,0) (0,1) (0,2) of channel 0
@@ -107,7 +107,7 @@ def test_shifted_conv_geometry():
 def test_padded_image():
     x = np.arange(2 * 3 * 4, dtype=np.float32) + 1
     xpad = np.full(2 * 6 * 7 + 5, np.nan, np.float32)
-    cpu_sgemm.pad_image(x, 0, 2, 3, 4, 2, 1, np.array([[0, 0, 1, 1]]), 6, 7, xpad)
+    cpu_pack.pad_image(x, 0, 2, 3, 4, 2, 1, np.array([[0, 0, 1, 1]]), 6, 7, xpad)
     want = np.zeros((2, 6, 7), np.float32)
     want[:, 2:5, 1:5] = x.reshape(2, 3, 4)
     np.testing.assert_array_equal(xpad[: want.size], want.ravel())

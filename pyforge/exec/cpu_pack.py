@@ -1,0 +1,128 @@
+"""The operand layouts of cpu_sgemm: weight panels, image windows, phase planes.
+
+``pack_panels`` lays a strided matrix out as the micro-kernel reads it (panels of MR or NR rows,
+k-major); ``pad_image`` copies a conv's image into zero-bordered planes, one per phase of its
+stride, and ``shifted_conv`` says where each tap's row of the implicit column matrix starts in
+them, so that ``pack_shifted`` packs that matrix with plain 16-float copies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core.extending import intrinsic
+
+MR, NR = 6, 16  # the micro-tile (cpu_sgemm): rows of L per panel, columns of R per panel
+
+_V8 = ir.VectorType(ir.FloatType(), 8)
+_I64 = ir.IntType(64)
+
+
+@intrinsic
+def _copy16(typingctx, dst, src):
+    """16 floats from byte address ``src`` to ``dst`` as two unaligned 8-lane moves."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        dst, src = args
+        pv = _V8.as_pointer()
+        for h in range(2):
+            v = builder.load(
+                builder.inttoptr(builder.add(src, ir.Constant(_I64, 32 * h)), pv), align=4
+            )
+            builder.store(
+                v, builder.inttoptr(builder.add(dst, ir.Constant(_I64, 32 * h)), pv), align=4
+            )
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(nogil=True, cache=True)
+def pack_panels(src, base, rs, ks, rows, r0, nrows, k0, kc, width, out, o0):
+    """Rows r0..r0+nrows of a strided matrix (row stride ``rs``, k stride ``ks``), k0..k0+kc,
+    as panels of ``width`` rows, each k-major: out[o0 + (p * kc + kk) * width + ii]. Rows past
+    ``rows`` are zero."""
+    zero = out.dtype.type(0)
+    s0, d0 = src.ctypes.data, out.ctypes.data
+    for p in range((nrows + width - 1) // width):
+        o = o0 + p * kc * width
+        r = r0 + p * width
+        full = min(width, rows - r)
+        if rs == 1 and full == width and width == NR:  # contiguous 16 along the panel
+            for kk in range(kc):
+                _copy16(d0 + (o + kk * width) * 4, s0 + (base + r + (k0 + kk) * ks) * 4)
+            continue
+        for ii in range(width):
+            if ii < full:
+                s = base + (r + ii) * rs + k0 * ks
+                for kk in range(kc):
+                    out[o + kk * width + ii] = src[s + kk * ks]
+            else:
+                for kk in range(kc):
+                    out[o + kk * width + ii] = zero
+
+
+@njit(nogil=True, cache=True)
+def pack_shifted(xpad, base, koff, j0, nc, k0, kc, out, o0):
+    """Columns j0..j0+nc (padded column space) of the implicit column matrix, rows k0..k0+kc:
+    row k is the window of ``xpad`` starting at ``base + koff[k]``. Panels as pack_panels."""
+    s0, d0 = xpad.ctypes.data, out.ctypes.data
+    for p in range((nc + NR - 1) // NR):
+        o = o0 + p * kc * NR
+        s = base + j0 + p * NR
+        for kk in range(kc):
+            _copy16(d0 + (o + kk * NR) * 4, s0 + (s + koff[k0 + kk]) * 4)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def pad_image(x, x_base, channels, h, w, top, left, phases, hp, wp, xpad):
+    """The zero-bordered image, one plane per (phase, channel): for a stride (sh, sw) conv the
+    phase (py, px) = ``phases[p]`` holds xpad[p, c, i, j] = x[c, i * sh + py - top,
+    j * sw + px - left] (phases[p] also gives sh, sw: rows (py, px, sh, sw)); a stride-1 conv
+    has the one phase (0, 0, 1, 1). Zero outside the image and in the slack after the planes."""
+    zero = xpad.dtype.type(0)
+    for t in prange(len(phases) * channels):
+        p, c = t // channels, t % channels
+        py, px, sh, sw = phases[p, 0], phases[p, 1], phases[p, 2], phases[p, 3]
+        o = t * hp * wp
+        s = x_base + c * h * w
+        for i in range(hp):
+            row = o + i * wp
+            iy = i * sh + py - top
+            if iy < 0 or iy >= h:
+                for q in range(wp):
+                    xpad[row + q] = zero
+                continue
+            src = s + iy * w
+            for q in range(wp):
+                ix = q * sw + px - left
+                xpad[row + q] = x[src + ix] if 0 <= ix < w else zero
+    for q in range(len(phases) * channels * hp * wp, len(xpad)):
+        xpad[q] = zero
+
+
+def packed_size(rows: int, kdim: int, width: int) -> int:
+    return -(-rows // width) * width * kdim
+
+
+def shifted_conv(geometry: list[int]) -> dict:
+    """A conv (geometry as GemmCall.conv) as shifted windows: the zero-bordered image planes
+    (one per phase of the stride that some tap reads, per channel), each tap row's offset into
+    them, and the padded column space q = oh * wp + ow. Stride s reads phase (ky * dh % s) at
+    row offset ky * dh // s: a stride-s conv is a stride-1 conv over the phases' planes."""
+    c, kh, kw, sh, sw, top, left, dh, dw, oh, ow = geometry[1:2] + geometry[4:]
+    wp = ow + (kw - 1) * dw // sw  # padded width: every output column's window inside it
+    hp = oh + (kh - 1) * dh // sh
+    r = np.arange(c * kh * kw)
+    ky, kx, ch = (r // kw) % kh, r % kw, r // (kh * kw)
+    used = sorted({(y * dh % sh, x * dw % sw) for y in range(kh) for x in range(kw)})
+    slot = {ph: i for i, ph in enumerate(used)}
+    phase = np.array([slot[(y * dh % sh, x * dw % sw)] for y, x in zip(ky, kx)], np.int64)
+    koff = ((phase * c + ch) * hp + ky * dh // sh) * wp + kx * dw // sw
+    phases = np.array([(py, px, sh, sw) for py, px in used], np.int64)
+    # the last panel of 16 reads up to 15 columns past the last one
+    size = len(used) * c * hp * wp + 2 * NR
+    return {"koff": koff.astype(np.int64), "wp": wp, "hp": hp, "cols": (oh - 1) * wp + ow,
+            "size": size, "top": top, "left": left, "phases": phases}  # fmt: skip

@@ -1,8 +1,9 @@
 """Binds a float32 GEMM step of the cpu target to cpu_sgemm: one generated driver per step.
 
 The driver copies a conv's image into zero-bordered (phase) planes (no im2col), runs ``sgemm``
-with the weights packed at bind time, and leaves the epilogue to the GEMM's store when it is bias-per-row (+ residual)
-(+ Relu); any other epilogue kernel runs after it, as in the BLAS driver.
+with the weights packed at bind time, and leaves the epilogue to the GEMM's store when it is
+bias-per-row (+ residual) (+ Relu); any other epilogue kernel runs after it, as in the BLAS
+driver.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def usable(step: dict, views: dict, constant: bool) -> bool:
 
 def shared_scratch(steps: list[dict]) -> dict:
     """Buffers every own-GEMM step of one runtime shares (steps run one at a time): the largest
-    whole-R packing and the largest padded image."""
+    whole-R packing, padded image and tile staging area."""
     gemms = [s for s in steps if s["kind"] == "gemm"]
     rw = max((sg.whole_r_size(s["m"], s["n"], s["k"]) for s in gemms), default=0)
     convs = [(s, pk.shifted_conv(s["conv"]["geometry"])) for s in gemms if s.get("conv")]

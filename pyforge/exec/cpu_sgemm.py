@@ -146,23 +146,28 @@ def _tile_col(g, q):
 
 
 @njit(nogil=True, cache=True)
-def _store(g, c, bias, res, src, s0, ld, cols, row, mr, nr):
-    """A finished tile from ``src`` (rows ``ld`` apart from ``s0``) into C, with the epilogue;
-    columns whose offset ``cols[jj]`` is -1 (padding) are dropped."""
+def _store(g, c, bias, res, src, s0, ld, cols, row, mr, nr, first, last):
+    """A tile's sums from ``src`` (rows ``ld`` apart from ``s0``) into C element by element:
+    added to C's value unless ``first``, with the epilogue when ``last``; columns whose offset
+    ``cols[jj]`` is -1 (padding) are dropped."""
     has_res, relu = g[RES_BASE] >= 0, g[RELU]
     for ii in range(mr):
         o = g[C_BASE] + (row + ii) * g[C_RS]
         ro = g[RES_BASE] + (row + ii) * g[C_RS]
-        b = bias[row + ii] if g[BIAS] else src.dtype.type(0)
         for jj in range(nr):
             col = cols[jj]
             if col < 0:
                 continue
-            v = src[s0 + ii * ld + jj] + b
-            if has_res:
-                v += res[ro + col]
-            if relu and v < 0:
-                v = 0
+            v = src[s0 + ii * ld + jj]
+            if not first:
+                v += c[o + col]
+            if last:
+                if g[BIAS]:
+                    v += bias[row + ii]
+                if has_res:
+                    v += res[ro + col]
+                if relu and v < 0:
+                    v = 0
             c[o + col] = v
 
 
@@ -224,26 +229,10 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qb
                                    0 if first else 1, 0, z0, z0, 0, 0)  # fmt: skip
                             if last:
                                 _store(g, c, bias, res, qbuf, row * qld + q0, qld, cols, row,
-                                       mr, nr)  # fmt: skip
+                                       mr, nr, True, True)  # fmt: skip
                             continue
                         _micro(kc, lpp, rpp, tp0, NR, 0, 0, z0, z0, 0, 0)
-                        for jj in range(nr):
-                            col = cols[jj]
-                            if col < 0:
-                                continue
-                            for ii in range(mr):
-                                o = (row + ii) * g[C_RS] + col
-                                v = tmp[ii * NR + jj]
-                                if not first:
-                                    v += c[g[C_BASE] + o]
-                                if last:
-                                    if g[BIAS]:
-                                        v += bias[row + ii]
-                                    if has_res:
-                                        v += res[g[RES_BASE] + o]
-                                    if relu and v < 0:
-                                        v = 0
-                                c[g[C_BASE] + o] = v
+                        _store(g, c, bias, res, tmp, 0, NR, cols, row, mr, nr, first, last)
 
 
 @njit(nogil=True, cache=True, parallel=True)

@@ -105,22 +105,14 @@ def torch_peers(name: str, path: str, x: np.ndarray, runs: int) -> dict[str, dic
             torch.cuda.synchronize()
 
         out["PyTorch eager (fp32, TF32 off)"] = measure(eager, runs)
-        static_x = xt.clone()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                net(static_x)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            net(static_x)
-
-        def graphed():
-            g.replay()
-            torch.cuda.synchronize()
-
-        out["PyTorch CUDA graph (fp32)"] = measure(graphed, runs)
+        out["PyTorch CUDA graph (fp32)"] = measure(_graphed(torch, net, xt), runs)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        out["PyTorch CUDA graph (TF32)"] = measure(_graphed(torch, net, xt), runs)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        half = torch_module(name, path).cuda().half()
+        out["PyTorch CUDA graph (fp16)"] = measure(_graphed(torch, half, xt.half()), runs)
         try:
             t0 = time.perf_counter()
             comp = torch.compile(net, mode="reduce-overhead")
@@ -141,6 +133,27 @@ def torch_peers(name: str, path: str, x: np.ndarray, runs: int) -> dict[str, dic
     return out
 
 
+def _graphed(torch, net, x) -> Callable[[], None]:
+    """``net(x)`` captured once in a CUDA graph (after warm-up on a side stream); the returned
+    function replays it and waits."""
+    static_x = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            net(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        net(static_x)
+
+    def replay():
+        g.replay()
+        torch.cuda.synchronize()
+
+    return replay
+
+
 def ort_peer(path: str, feeds: dict, runs: int) -> dict[str, dict]:
     try:
         import onnxruntime as ort
@@ -157,18 +170,35 @@ def ort_peer(path: str, feeds: dict, runs: int) -> dict[str, dict]:
     return out
 
 
+def _error_vs_ort(path: str, feeds: dict) -> Callable[[np.ndarray], str]:
+    """Max abs error against ONNX Runtime (CPU EP), also relative to the output's largest value."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return lambda got: ""
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    scale = float(np.abs(ref).max()) or 1.0
+
+    def error(got: np.ndarray) -> str:
+        err = float(np.abs(np.asarray(got, np.float64) - ref).max())
+        return f"{err:.1e} ({err / scale:.1e} rel)"
+
+    return error
+
+
 def pyforge_rows(path: str, feeds: dict, target: str, runs: int) -> dict[str, dict]:
     out = {}
+    error = _error_vs_ort(path, feeds)
     variants = [("fp32", {})]
     if target == "cuda":
-        variants.append(("tf32", {"precision": "tf32"}))
+        variants += [("tf32", {"precision": "tf32"}), ("fp16", {"precision": "fp16"})]
     for label, opts in variants:
         t0 = time.perf_counter()
         model = pyforge.compile(path, target=target, **opts)
-        model.predict(feeds)
+        got = model.predict(feeds)
         compile_s = time.perf_counter() - t0
         row = measure(lambda model=model: model.predict(feeds), runs)
-        row.update(launches=model.stats["launches"], compile_s=compile_s)
+        row.update(launches=model.stats["launches"], compile_s=compile_s, error=error(got))
         out[f"pyforge {target} {label} predict (numpy in/out)"] = row
         rt = model.runtime
         if target == "cuda":
@@ -259,8 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {environment()}; target {target}; median and p99 of {args.runs} runs after warm-up.",
         "",
     ]
-    lines.append("| model | batch | system | median ms | p99 ms | items/s | launches | compile s |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append(
+        "| model | batch | system | median ms | p99 ms | items/s | launches | compile s "
+        "| max error vs ORT |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     notes: list[str] = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
@@ -275,10 +308,10 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(
                     f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
                     f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} "
-                    f"| {r['compile_s']:.1f} |"
+                    f"| {r['compile_s']:.1f} | {r.get('error', '')} |"
                     if "compile_s" in r
                     else f"| {name} | {batch} | {system} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} "
-                    f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} | |"
+                    f"| {batch / r['median_ms'] * 1e3:,.0f} | {r.get('launches', '')} | | |"
                 )
             print("\n".join(lines[-len(rows) :]), flush=True)
             if target == "cpu":

@@ -112,6 +112,9 @@ def compile(
     # conv="implicit": a channels-last conv that needs im2col becomes one implicit-GEMM kernel
     conv = options.pop("conv", "im2col")
     conv_tile = options.pop("conv_tile", None)
+    precision = options.get("precision", "fp32")  # the runtime reads it too
+    if precision == "fp16" and target != "cuda":
+        raise ValueError("precision='fp16' needs the cuda target (the cpu computes in fp32)")
     plan, details = compile_to_plan(
         model,
         fusion_on=fusion,
@@ -119,6 +122,8 @@ def compile(
         layout=layout,
         conv=conv,
         conv_tile=conv_tile,
+        precision=precision,
+        float16=target == "cuda",
     )
     compiled = CompiledModel(plan, target, **options)
     compiled.details = details

@@ -14,6 +14,7 @@ from .lower_numba.emit import KernelCall
 from .lower_numba.lower import GemmCall, Program, lower_graph
 from .opt import canonicalize, fusion, simplify  # noqa: F401  (register passes)
 from .opt import layout as _layout  # noqa: F401  (registers nhwc_layout)
+from .opt import precision as _precision  # noqa: F401  (registers fp16)
 from .opt.memory_plan import Buffer, check_no_overlap, plan_memory
 from .opt.passes import PassManager
 
@@ -156,16 +157,22 @@ def compile_to_plan(
     layout: str = "nchw",
     conv: str = "im2col",
     conv_tile: str | None = None,
+    precision: str = "fp32",
+    float16: bool = False,
 ) -> tuple[ExecutionPlan, dict]:
-    """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details."""
+    """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details.
+
+    ``precision="fp16"`` stores activations and weights as float16 where safe (opt.precision);
+    ``float16`` lets float16 tensors through lowering (the cuda target has float16 kernels)."""
     t0 = time.perf_counter()
     proto = load_model(model)
     graph = import_onnx(proto)
     passes = PIPELINE + (["nhwc_layout", "dce"] if layout == "nhwc" else [])
+    passes += ["fp16"] if precision == "fp16" else []
     pm = PassManager(passes + ["fuse" if fusion_on else "no_fuse"], verify=verify)
     graph = pm.run(graph)
     groups = [n for n in graph.nodes if n.op == "Fused"]
-    prog = lower_graph(graph, specialize, conv, conv_tile)
+    prog = lower_graph(graph, specialize, conv, conv_tile, float16 or precision == "fp16")
     plan = build_plan(prog)
     plan.stats.update(
         ops_in=len(proto.graph.node),
@@ -174,6 +181,7 @@ def compile_to_plan(
         fusion=fusion_on,
         layout=layout,
         conv=conv,
+        precision=precision,
         compile_seconds_frontend=time.perf_counter() - t0,
     )
     details = {

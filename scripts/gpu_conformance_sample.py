@@ -21,12 +21,20 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--skip-light", action="store_true")
+    ap.add_argument(
+        "--float16", action="store_true", help="instead: every float16 node case (no cpu kernels)"
+    )
     args = ap.parse_args()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         all_cases = {c.name: c for c in cases()}
     expected = sorted(n for n in read_expected() if all_cases[n].kind == "node")
     sample = random.Random(0).sample(expected, min(args.n, len(expected)))
+    if args.float16:
+        expected = sorted(
+            n for n, c in all_cases.items() if c.kind == "node" and "float16" in n.lower()
+        )
+        sample = expected[: args.n]
     t0 = time.time()
     try:
         if not args.skip_light:
@@ -47,7 +55,8 @@ def main() -> None:
     print("\n".join(failed[:40]))
     print(
         f"node tests on cuda: {passed} passed of {ran} run ({len(sample)} sampled from the "
-        f"{len(expected)} that pass on cpu) in {time.time() - t0:.0f} s"
+        f"{len(expected)} {'float16 cases' if args.float16 else 'that pass on cpu'}) "
+        f"in {time.time() - t0:.0f} s"
     )
 
 

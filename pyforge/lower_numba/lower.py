@@ -38,11 +38,14 @@ class _Elementwise:
             return lit(v.const.reshape(()).item(), type_name(v.dtype))
         p = self.kb.tensor(self.prog.add(v))
         if v.size == 1:
-            return f"{p}[0]"
-        if tuple(v.shape) == tuple(self.shape):
+            at = f"{p}[0]"
+        elif tuple(v.shape) == tuple(self.shape):
             self.pointwise.append(v.name)
-            return f"{p}[i]"
-        return f"{p}[{self.kb.offset(broadcast_strides(v.shape, self.shape), self.coords())}]"
+            at = f"{p}[i]"
+        else:
+            at = f"{p}[{self.kb.offset(broadcast_strides(v.shape, self.shape), self.coords())}]"
+        # float16 is a storage type: widened at the load, rounded once at the store
+        return f"f32({at})" if v.dtype == np.float16 else at
 
     def member(self, node: Node) -> None:
         if node.op not in SCALAR:
@@ -149,17 +152,25 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
 
 
 def lower_graph(
-    graph: Graph, specialize: bool = False, conv: str = "im2col", conv_tile: str | None = None
+    graph: Graph,
+    specialize: bool = False,
+    conv: str = "im2col",
+    conv_tile: str | None = None,
+    float16: bool = False,
 ) -> Program:
     """Fused graph -> Program. Every non-view node must be a Fused group by now.
 
     ``specialize`` bakes shapes into the kernel sources (see emit.SPECIALIZE). ``conv``:
     "im2col" (gather + GEMM) or "implicit" (one implicit-GEMM kernel per channels-last conv
-    group that would need the gather; ``conv_tile`` forces its tile, as Tile.parse reads)."""
+    group that would need the gather; ``conv_tile`` forces its tile, as Tile.parse reads).
+    ``float16``: float16 tensors are allowed (the cuda target), else refused here."""
     if conv not in ("im2col", "implicit"):
         raise ValueError(f"conv={conv!r}: use 'im2col' or 'implicit'")
     with SPECIALIZE(specialize):
-        return _lower_graph(graph, (conv, conv_tile))
+        prog = _lower_graph(graph, (conv, conv_tile))
+    if not float16:
+        _refuse_float16(prog)
+    return prog
 
 
 def _lower_graph(graph: Graph, conv: tuple) -> Program:
@@ -177,12 +188,12 @@ def _lower_graph(graph: Graph, conv: tuple) -> Program:
             raise UnsupportedOperatorError(node.op, node.name, node.opset, "not lowered")
     for v in graph.outputs:
         prog.outputs.append(prog.add(v))
-    _refuse_float16(prog)
     return prog
 
 
 def _refuse_float16(prog: Program) -> None:
-    """Numba has no float16 on cpu (and cuda fp16 is not implemented): refuse now, not at run."""
+    """Numba has no float16 on cpu: refuse now, not at run. (Cuda kernels store float16 and
+    compute in float32.)"""
     for step in prog.steps:
         calls = [step] if isinstance(step, KernelCall) else [step.prologue, step.epilogue]
         for call in calls:

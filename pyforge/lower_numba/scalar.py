@@ -18,7 +18,7 @@ Scalar = Callable[[Node, list[str], str], str]
 TYPE_NAMES = {
     np.dtype(np.float32): "f32",
     np.dtype(np.float64): "f64",
-    np.dtype(np.float16): "f16",
+    np.dtype(np.float16): "f32",  # storage only: float16 values compute in float32
     np.dtype(np.int64): "i64",
     np.dtype(np.int32): "i32",
     np.dtype(np.int8): "i8",
@@ -71,6 +71,14 @@ def _clip(n: Node, a: list[str], t: str) -> str:
     return x
 
 
+def _cast(n: Node, x: str, t: str) -> str:
+    if t == "b1":
+        return f"({x} != 0)"
+    if np.dtype(n.attrs["to"]) == np.float16:  # computed in float32, but rounded as asked
+        return f"f32(f16({x}))"
+    return f"{t}({x})"
+
+
 SCALAR: dict[str, Scalar] = {
     "Relu": lambda n, a, t: f"max({a[0]}, {lit(0, t)})",
     "Sigmoid": lambda n, a, t: f"({lit(1, t)} / ({lit(1, t)} + math.exp(-{a[0]})))",
@@ -103,7 +111,7 @@ SCALAR: dict[str, Scalar] = {
     "Pow": lambda n, a, t: f"{t}({a[0]} ** {a[1]})",
     "Max": lambda n, a, t: f"max({a[0]}, {a[1]})",
     "Min": lambda n, a, t: f"min({a[0]}, {a[1]})",
-    "Cast": lambda n, a, t: f"({a[0]} != 0)" if t == "b1" else f"{t}({a[0]})",
+    "Cast": lambda n, a, t: _cast(n, a[0], t),
 }
 
 

@@ -74,11 +74,12 @@ def im2col_nhwc_vector(node: Node, call: KernelCall) -> None:
         return
     (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
     total = y.shape[0] * y.shape[1] * y.shape[2] * kh * kw * (c_ // v)
-    # float32 runs of 4: the cuda runtime passes both tensors as 16-byte (complex128) views
-    # (arg kind "w"), so each load and store moves 4 channels in one instruction
+    # runs of 16 bytes (4 float32, 8 float16): the cuda runtime passes both tensors as 16-byte
+    # (complex128) views (arg kind "w"), so each load and store moves them in one instruction
     unit, zero = 1, "0"
-    if x.dtype == np.float32 and c_ % 4 == 0:
-        unit, zero = 4, "0j"
+    per16 = 16 // x.dtype.itemsize
+    if x.dtype in (np.float32, np.float16) and v % per16 == 0:
+        unit, zero = per16, "0j"
         call.args = [("w", name) for _, name in call.args]
     pad = " " * 12
     src = (

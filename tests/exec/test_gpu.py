@@ -72,6 +72,30 @@ def test_tf32_error_is_stated():
 
 
 @pytest.mark.parametrize("graph", [True, False], ids=["graph", "steps"])
+def test_fp16_resnet50_error_is_stated(graph):
+    """float16 storage, cuBLASLt fp16 tensor cores accumulating in float32: within 2% of the
+    output's scale against ORT's float32, and fresh inputs give fresh outputs."""
+    from tests.helpers import run_ort
+
+    path = cached_model("resnet50")
+    compiled = pyforge.compile(path, target="cuda", precision="fp16", graph=graph)
+    for seed in (7, 8):
+        feeds = random_inputs(path, seed=seed)
+        got, (want,) = compiled.predict(feeds), run_ort(path, feeds)
+        assert got.dtype == np.float32
+        rel = float(np.abs(got - want).max() / np.abs(want).max())
+        print(f"fp16 seed {seed}: max abs error {np.abs(got - want).max():.3g}, {rel:.3g} of max")
+        assert rel < 2e-2
+
+
+def test_fp16_mlp_matches_ort():
+    model = MODELS["mlp"](batch=4)
+    check_against_ort(
+        model, random_inputs(model, seed=9), target="cuda", precision="fp16", rtol=2e-2, atol=2e-2
+    )
+
+
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "steps"])
 def test_empty_tensors_on_cuda(graph):
     """An empty input and an empty output (zero-byte buffers: nothing to pin or copy)."""
     node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1)

@@ -140,3 +140,42 @@ def test_device_index_checks_in_simulator(case):
         compiled.predict({"data": data, "idx": bad})
     # the error word is cleared: the same model answers the next, valid call
     np.testing.assert_array_equal(compiled.predict({"data": data, "idx": idx}), want)
+
+
+def _conv_pool_chain():
+    """Conv (8 channels: the 16-byte im2col runs) -> Relu -> MaxPool -> GlobalAveragePool:
+    the pools follow the conv into float16."""
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(rand(8, 8, 3, 3), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="mp"),
+        helper.make_node("GlobalAveragePool", ["p"], ["y"], name="gap"),
+    ]
+    model = make_model(
+        nodes, [("x", np.float32, [1, 8, 4, 4])], [("y", np.float32, [1, 8, 1, 1])], [w]
+    )
+    return model, {"x": rand(1, 8, 4, 4)}
+
+
+@inside_only
+@pytest.mark.parametrize("case", ["conv3x3_s2_vector_im2col", "conv3x3_s2_c3_row_im2col", "chain"])
+def test_fp16_in_simulator(case):
+    """precision="fp16": float16 storage, float32 arithmetic; within 1e-2 of ORT's float32."""
+    model, feeds = _conv_pool_chain() if case == "chain" else CASES[case]()
+    compiled, _ = check_against_ort(
+        model, feeds, target="cuda", precision="fp16", rtol=1e-2, atol=1e-2
+    )
+    assert any(np.dtype(s.dtype) == np.float16 for s in compiled.plan.slots.values())
+
+
+@inside_only
+def test_fp16_mlp_in_simulator():
+    from pyforge.models import MODELS, random_inputs
+
+    model = MODELS["mlp"](batch=2)
+    check_against_ort(
+        model, random_inputs(model, seed=5), target="cuda", precision="fp16", rtol=1e-2, atol=1e-2
+    )

@@ -1,0 +1,108 @@
+"""fp16 storage for ``precision="fp16"``: float32 activations and weights become float16 where
+the op is known to keep its accuracy in half precision, with casts at the borders.
+
+Why: a half-precision tensor is half the bytes to move, and cuBLASLt then runs its fp16 tensor
+core kernels (accumulating in float32). Kernels still compute in float32: a float16 load is
+widened and the result rounded once at the store (see scalar.TYPE_NAMES), so only storage
+loses precision.
+
+Which ops: GEMM-like ops run half (their float32 inputs are cast); ops that are safe at any
+precision follow their inputs (half when one non-constant input is half); every other op, and
+every graph input and output, stays float32, with a Cast wherever a value crosses the border.
+A constant that does not fit float16 keeps its node in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from .passes import register_pass
+
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+HALF_MAX = float(np.finfo(np.float16).max)
+
+# computed half (float32 accumulation in cuBLASLt or in the kernel)
+HALF_OPS = {"Conv", "ConvNHWC", "Gemm", "MatMul"}
+# exact, or computed in float32 from half inputs and rounded once: half when fed half
+FOLLOW_OPS = {
+    "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "HardSigmoid", "HardSwish",
+    "Add", "Sub", "Mul", "Max", "Min",
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "MaxPoolNHWC", "AveragePoolNHWC", "GlobalAveragePoolNHWC", "GlobalMaxPoolNHWC",
+    "Transpose", "Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+}  # fmt: skip
+
+
+def _fits_half(arr: np.ndarray) -> bool:
+    finite = arr[np.isfinite(arr)]
+    return not finite.size or float(np.abs(finite).max()) <= HALF_MAX
+
+
+class _Casts:
+    """Cast nodes made once per (value, dtype), inserted before the first node that needs one."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.made: dict[tuple[int, str], Value] = {}
+        self.consts: dict[int, Value] = {}
+        self.pending: list[Node] = []  # casts to insert before the node being visited
+
+    def get(self, v: Value, dtype: np.dtype) -> Value:
+        if v.const is not None:
+            if id(v) not in self.consts:
+                self.consts[id(v)] = self.graph.constant(v.const.astype(dtype), f"{v.name}_h")
+            return self.consts[id(v)]
+        key = (id(v), dtype.str)
+        if key not in self.made:
+            out = Value(self.graph.fresh_name(f"{v.name}_{dtype.name}"), v.shape, dtype)
+            node = Node("Cast", [v], [out], {"to": dtype}, f"cast_{out.name}")
+            out.producer = node
+            self.pending.append(node)
+            self.made[key] = out
+        return self.made[key]
+
+
+def _wants_half(node: Node) -> bool:
+    floats = [v for v in node.inputs if v is not None and v.dtype in (F32, F16)]
+    if not floats or any(v.const is not None and not _fits_half(v.const) for v in floats):
+        return False
+    if node.op in HALF_OPS:
+        return all(v.dtype == F32 or v.dtype == F16 for v in node.outputs)
+    if node.op in FOLLOW_OPS:
+        return any(v.dtype == F16 and v.const is None for v in floats)
+    return False
+
+
+@register_pass("fp16")
+def to_fp16(graph: Graph) -> Graph:
+    casts = _Casts(graph)
+    halved: set[int] = set()  # values this pass turned float16 (a float16 model's stay as are)
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        half = _wants_half(node)
+        for k, v in enumerate(node.inputs):
+            if v is None or node.op == "Cast":  # a Cast reads any dtype
+                continue
+            if half and v.dtype == F32:
+                node.inputs[k] = casts.get(v, F16)
+            elif not half and id(v) in halved:
+                node.inputs[k] = casts.get(v, F32)
+        if half:
+            for out in node.outputs:
+                if out.dtype == F32:
+                    out.dtype = F16
+                    halved.add(id(out))
+        nodes += casts.pending + [node]
+        casts.pending = []
+    graph.nodes = nodes
+    # outputs keep their names and float32: the half value is renamed, the cast takes the name
+    for k, v in enumerate(graph.outputs):
+        if id(v) in halved:
+            name = v.name
+            v.name = graph.fresh_name(f"{name}_f16")
+            out = Value(name, v.shape, F32)
+            node = Node("Cast", [v], [out], {"to": F32}, f"cast_{name}")
+            graph.add_node(node)
+            graph.outputs[k] = out
+    return graph

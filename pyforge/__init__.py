@@ -123,7 +123,6 @@ def compile(
         conv=conv,
         conv_tile=conv_tile,
         precision=precision,
-        float16=target == "cuda",
     )
     compiled = CompiledModel(plan, target, **options)
     compiled.details = details

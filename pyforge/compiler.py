@@ -158,12 +158,10 @@ def compile_to_plan(
     conv: str = "im2col",
     conv_tile: str | None = None,
     precision: str = "fp32",
-    float16: bool = False,
 ) -> tuple[ExecutionPlan, dict]:
     """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details.
 
-    ``precision="fp16"`` stores activations and weights as float16 where safe (opt.precision);
-    ``float16`` lets float16 tensors through lowering (the cuda target has float16 kernels)."""
+    ``precision="fp16"`` stores activations and weights as float16 where safe (opt.precision)."""
     t0 = time.perf_counter()
     proto = load_model(model)
     graph = import_onnx(proto)
@@ -172,7 +170,7 @@ def compile_to_plan(
     pm = PassManager(passes + ["fuse" if fusion_on else "no_fuse"], verify=verify)
     graph = pm.run(graph)
     groups = [n for n in graph.nodes if n.op == "Fused"]
-    prog = lower_graph(graph, specialize, conv, conv_tile, float16 or precision == "fp16")
+    prog = lower_graph(graph, specialize, conv, conv_tile, precision == "fp16")
     plan = build_plan(prog)
     plan.stats.update(
         ops_in=len(proto.graph.node),

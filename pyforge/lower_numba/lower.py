@@ -163,7 +163,7 @@ def lower_graph(
     ``specialize`` bakes shapes into the kernel sources (see emit.SPECIALIZE). ``conv``:
     "im2col" (gather + GEMM) or "implicit" (one implicit-GEMM kernel per channels-last conv
     group that would need the gather; ``conv_tile`` forces its tile, as Tile.parse reads).
-    ``float16``: float16 tensors are allowed (the cuda target), else refused here."""
+    ``float16``: float16 tensors are allowed (precision="fp16" on cuda), else refused here."""
     if conv not in ("im2col", "implicit"):
         raise ValueError(f"conv={conv!r}: use 'im2col' or 'implicit'")
     with SPECIALIZE(specialize):
@@ -192,8 +192,9 @@ def _lower_graph(graph: Graph, conv: tuple) -> Program:
 
 
 def _refuse_float16(prog: Program) -> None:
-    """Numba has no float16 on cpu: refuse now, not at run. (Cuda kernels store float16 and
-    compute in float32.)"""
+    """Numba has no float16 on cpu: refuse now, not at run. Cuda kernels read float16 only
+    under precision="fp16", where the fp16 pass gives it to ops whose kernels widen every load
+    (float16 arithmetic would link NVRTC-built code, which Numba's kernel cache cannot save)."""
     for step in prog.steps:
         calls = [step] if isinstance(step, KernelCall) else [step.prologue, step.epilogue]
         for call in calls:

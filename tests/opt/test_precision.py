@@ -78,7 +78,7 @@ def test_fp16_plan_halves_weights_and_arena():
     from pyforge.compiler import compile_to_plan
 
     model = MODELS["resnet50"](1)
-    opts = dict(specialize=True, layout="nhwc", float16=True)
+    opts = dict(specialize=True, layout="nhwc")
     full, _ = compile_to_plan(model, **opts)
     half, _ = compile_to_plan(model, precision="fp16", **opts)
     assert half.stats["steps"] == full.stats["steps"]

@@ -70,6 +70,21 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
         kb.emit(f"{cnt} += 1", 3)
         kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:", 3)
         kb.emit(f"{acc} += {src}[{addr(ih, iw)}]", 4)
+    elif (
+        is_max
+        and [dh, dw] == [1, 1]
+        and not node.attrs.get("ceil_mode", 0)
+        and max(pads[0], pads[2]) < kh
+        and max(pads[1], pads[3]) < kw
+    ):
+        # a tap outside the image reads the nearest edge element instead: with dilation 1, no
+        # ceil mode and pads under the kernel size, every window starts and ends on the image,
+        # so that element is in the same window and the max is unchanged; the window loops
+        # then have no branch (ResNet-50's pool: 1.34 -> 1.17 ms on the cpu, log row 39)
+        kb.emit(f"{ih} = min(max({ih}, 0), {H} - 1)", 1)
+        kb.emit(f"for {kx} in range({KW}):", 1)
+        kb.emit(f"{iw} = min(max({iw0} + {kx}, 0), {W} - 1)", 2)
+        kb.emit(f"{acc} = max({acc}, {src}[{addr(ih, iw)}])", 2)
     else:
         kb.emit(f"if {ih} >= 0 and {ih} < {H}:", 1)
         kb.emit(f"for {kx} in range({KW}):", 2)

@@ -237,9 +237,9 @@ class CudaRuntime:
     def _raise_device_errors(self) -> None:
         """After a synchronised run: IndexRangeError naming the first step whose kernel found an
         index out of range (its output is not used); the words are cleared for the next run."""
-        if not self._error_labels or not self._errors_host.any():  # the common case: ~3 us
-            return
         hits = np.flatnonzero(self._errors_host[: len(self._error_labels)])
+        if not hits.size:
+            return
         self.errors.copy_to_device(np.zeros(self.errors.size, np.int32), stream=self.stream)
         self.stream.synchronize()
         self._errors_host[:] = 0

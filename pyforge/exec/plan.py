@@ -45,13 +45,6 @@ class ExecutionPlan:
     def signature(self, names: list[str]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         return [(n, tuple(self.slots[n].shape), np.dtype(self.slots[n].dtype)) for n in names]
 
-    @property
-    def input_signature(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-        """``signature(inputs)``, built once: predict checks it on every call."""
-        if getattr(self, "_input_signature", None) is None:
-            self._input_signature = self.signature(self.inputs)
-        return self._input_signature
-
     def save(self, directory: str) -> None:
         os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
         meta = {
@@ -137,11 +130,10 @@ def device_feed(x: Any) -> DeviceFeed | None:
 def check_feeds(plan: ExecutionPlan, feeds: dict[str, Any]) -> None:
     """Validate predict() inputs against the plan's signature, naming expected and given."""
     names = plan.inputs
-    if len(feeds) != len(names) or any(k not in feeds for k in names):
-        unknown = sorted(set(feeds) - set(names))
-        if unknown:
-            raise InputError(f"unknown input name(s) {unknown}; the model takes {names}")
-    for name, shape, dtype in plan.input_signature:
+    unknown = sorted(set(feeds) - set(names))
+    if unknown:
+        raise InputError(f"unknown input name(s) {unknown}; the model takes {names}")
+    for name, shape, dtype in plan.signature(names):
         if name not in feeds:
             raise InputError(f"missing input {name!r}; the model takes {names}")
         feed = feeds[name]

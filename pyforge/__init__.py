@@ -90,6 +90,26 @@ class CompiledModel:
         self.plan.save(os.fspath(directory))
 
 
+def plan_options(target: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The compile_to_plan arguments of ``target`` (its defaults, overridden by ``options``,
+    from which the plan-only ones are removed; ``precision`` stays: the runtime reads it too)."""
+    precision = options.get("precision", "fp32")
+    if precision == "fp16" and target != "cuda":
+        raise ValueError("precision='fp16' needs the cuda target (the cpu computes in fp32)")
+    return {
+        # shape-specialised kernels pay on the GPU (index math by constants); the cpu target
+        # keeps shape-generic kernels, compiled once and shared across models and tests
+        "specialize": options.pop("specialize", target == "cuda"),
+        # channels-last lets cuBLASLt fold conv epilogues (bias per column); the cpu GEMM
+        # applies them in its store either way, so the cpu target stays NCHW unless asked
+        "layout": options.pop("layout", "nhwc" if target == "cuda" else "nchw"),
+        # "implicit": a channels-last conv that needs im2col becomes one implicit-GEMM kernel
+        "conv": options.pop("conv", "im2col"),
+        "conv_tile": options.pop("conv_tile", None),
+        "precision": precision,
+    }
+
+
 def compile(
     model: Any,
     target: str | None = None,
@@ -103,27 +123,7 @@ def compile(
     from .compiler import compile_to_plan
 
     target = target or default_target()
-    # shape-specialised kernels pay on the GPU (index math by constants); the cpu target keeps
-    # shape-generic kernels, compiled once and shared across models and tests
-    specialize = options.pop("specialize", target == "cuda")
-    # channels-last lets cuBLASLt fold conv epilogues (bias per column); numpy cannot, so the
-    # cpu target stays NCHW unless asked
-    layout = options.pop("layout", "nhwc" if target == "cuda" else "nchw")
-    # conv="implicit": a channels-last conv that needs im2col becomes one implicit-GEMM kernel
-    conv = options.pop("conv", "im2col")
-    conv_tile = options.pop("conv_tile", None)
-    precision = options.get("precision", "fp32")  # the runtime reads it too
-    if precision == "fp16" and target != "cuda":
-        raise ValueError("precision='fp16' needs the cuda target (the cpu computes in fp32)")
-    plan, details = compile_to_plan(
-        model,
-        fusion_on=fusion,
-        specialize=specialize,
-        layout=layout,
-        conv=conv,
-        conv_tile=conv_tile,
-        precision=precision,
-    )
+    plan, details = compile_to_plan(model, fusion_on=fusion, **plan_options(target, options))
     compiled = CompiledModel(plan, target, **options)
     compiled.details = details
     return compiled

@@ -53,9 +53,11 @@ def _check_target(target: str | None) -> None:
         raise CliError("--target cuda needs a usable CUDA GPU and driver (none found); try cpu")
 
 
-def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) -> Any:
+def _compile(
+    path: str, target: str | None, fusion: bool, verbose: bool = True, precision: str = "fp32"
+) -> Any:
     """pyforge.compile in its two phases, reporting each pass and the kernel build."""
-    from . import CompiledModel, default_target
+    from . import CompiledModel, default_target, plan_options
     from .compiler import compile_to_plan
 
     _check_target(target)
@@ -63,7 +65,12 @@ def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) 
     t0 = time.perf_counter()
     if verbose:
         _progress(f"[1/3] import + optimise {path}")
-    plan, details = compile_to_plan(path, fusion_on=fusion)
+    options = {"precision": precision}
+    try:
+        plan_kwargs = plan_options(target, options)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    plan, details = compile_to_plan(path, fusion_on=fusion, **plan_kwargs)
     if verbose:
         prev = None
         for name, count in details["pass_ops"]:
@@ -71,7 +78,7 @@ def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) 
             _progress(f"      {name:<14} {count:5d} ops{change}")
             prev = count
         _progress(f"[2/3] bind the {target} runtime ({time.perf_counter() - t0:.2f} s so far)")
-    model = CompiledModel(plan, target)
+    model = CompiledModel(plan, target, **options)
     model.details = details
     if verbose:
         # Numba compiles (or loads from its disk cache) each kernel at its first call.
@@ -84,14 +91,16 @@ def _compile(path: str, target: str | None, fusion: bool, verbose: bool = True) 
     return model
 
 
-def _load(spec: str, target: str | None, fusion: bool = True, verbose: bool = True) -> Any:
+def _load(
+    spec: str, target: str | None, fusion: bool = True, verbose: bool = True, precision="fp32"
+) -> Any:
     kind, path = _resolve(spec)
     _check_target(target)
     if kind == "plan":
         import pyforge
 
-        return pyforge.load(path, target=target), None
-    return _compile(path, target, fusion, verbose), path
+        return pyforge.load(path, target=target, precision=precision), None
+    return _compile(path, target, fusion, verbose, precision), path
 
 
 def _random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
@@ -119,7 +128,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     kind, path = _resolve(args.model)
     if kind == "plan":
         raise CliError(f"{args.model} is already a compiled plan; compile takes an .onnx model")
-    model = _compile(path, args.target, not args.no_fusion)
+    model = _compile(path, args.target, not args.no_fusion, precision=args.precision)
     model.save(args.output)
     print(f"compiled  {_summary_stats(model)}")
     print(f"saved     {args.output}/plan.json, weights.bin, kernels/ ({len(model.plan.kernels)})")
@@ -127,7 +136,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    model, _ = _load(args.model, args.target, not args.no_fusion)
+    model, _ = _load(args.model, args.target, not args.no_fusion, precision=args.precision)
     if args.input:
         try:
             x = np.load(args.input)
@@ -181,7 +190,7 @@ def _latency(times: np.ndarray) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise CliError("--runs must be at least 1")
-    model, onnx_path = _load(args.model, args.target, not args.no_fusion)
+    model, onnx_path = _load(args.model, args.target, not args.no_fusion, precision=args.precision)
     feeds = _random_feeds(model, 0)
     t = _time(lambda: model.predict(feeds), args.runs, args.warmup)
     s = model.stats
@@ -211,7 +220,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     kind, path = _resolve(args.model)
     if kind == "plan":
         raise CliError("explain needs the ONNX model (a saved plan keeps no pass details)")
-    model = _compile(path, args.target, not args.no_fusion, verbose=False)
+    model = _compile(path, args.target, not args.no_fusion, False, args.precision)
     print(explain.report(model))
     if args.html:
         explain.write_html(model, args.html, title=f"pyforge explain: {args.model}")
@@ -239,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--target", choices=["cpu", "cuda"], default=None, help="default: cuda if usable"
         )
         p.add_argument("--no-fusion", action="store_true", help="one kernel per op")
+        p.add_argument(
+            "--precision",
+            choices=["fp32", "tf32", "fp16"],
+            default="fp32",
+            help="cuda only beside fp32 (default fp32)",
+        )
 
     p = sub.add_parser("compile", help="compile an ONNX model and save the plan to a directory")
     p.add_argument("model", metavar="MODEL")

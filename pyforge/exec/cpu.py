@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import IndexRangeError
+from ..errors import IndexRangeError, ModelLoadError
 from ..lower_numba.cache import load_kernel, module_name
 from .cpu_gemm import bind_gemm_step
 from .cpu_own import shared_scratch
@@ -74,6 +74,12 @@ class CpuRuntime:
     def __init__(self, plan: ExecutionPlan, precision: str = "fp32", fused_steps: bool = True):
         if precision != "fp32":
             raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
+        halves = [n for n, s in plan.slots.items() if np.dtype(s.dtype) == np.float16]
+        if halves:  # a plan saved from compile(..., precision="fp16")
+            raise ModelLoadError(
+                f"the plan stores float16 tensors ({halves[0]!r}...): it was compiled with "
+                "precision='fp16', which runs on the cuda target only"
+            )
         self.plan = plan
         self.arena = np.empty(max(plan.arena_bytes, 1), np.uint8)
         self.views = flat_views(plan, self.arena, plan.weights)

@@ -90,3 +90,23 @@ def test_fp16_plan_halves_weights_and_arena():
 def test_fp16_is_refused_on_the_cpu_target():
     with pytest.raises(ValueError, match="fp16"):
         pyforge.compile(MODELS["mlp"](1), target="cpu", precision="fp16")
+
+
+def test_an_fp16_plan_is_refused_by_the_cpu_runtime(tmp_path):
+    from pyforge.compiler import compile_to_plan
+    from pyforge.errors import ModelLoadError
+    from pyforge.exec.plan import ExecutionPlan
+
+    plan, _ = compile_to_plan(MODELS["mlp"](1), specialize=True, precision="fp16")
+    plan.save(str(tmp_path / "plan"))
+    with pytest.raises(ModelLoadError, match="precision='fp16'"):
+        pyforge.load(tmp_path / "plan", target="cpu")
+    assert ExecutionPlan.load(str(tmp_path / "plan")).slots["y"].dtype == F32.str
+
+
+def test_cli_takes_a_precision(capsys):
+    from pyforge.cli import main
+
+    assert main(["run", "mlp", "--target", "cpu", "--precision", "fp32"]) == 0
+    assert main(["run", "mlp", "--target", "cpu", "--precision", "fp16"]) != 0
+    assert "cuda target" in capsys.readouterr().err

@@ -10,25 +10,17 @@ a device-to-device copy of the input + synchronise alone.
 from __future__ import annotations
 
 import argparse
-import time
 
-import numpy as np
 from numba import cuda
 
 import pyforge
+from benchmarks.peers import measure
 from pyforge.exec.plan import normalise_feeds
 from pyforge.models import cached_model, random_inputs
 
 
 def median_us(fn, n: int) -> float:
-    for _ in range(20):
-        fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts)) * 1e6
+    return measure(fn, n, warmup=20)["median_ms"] * 1e3
 
 
 def rows_for(name: str, precision: str, n: int) -> dict[str, float]:

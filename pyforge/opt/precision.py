@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from .passes import register_pass
 
@@ -74,10 +75,26 @@ def _wants_half(node: Node) -> bool:
     return False
 
 
+def _refuse_half_models(graph: Graph) -> None:
+    """A model with float16 tensors of its own is refused: its kernels would do float16
+    arithmetic, which the cuda kernels do not (see lower._refuse_float16)."""
+    for node in graph.nodes:
+        for v in node.inputs + node.outputs:
+            if v is not None and v.dtype == F16:
+                raise UnsupportedOperatorError(
+                    node.op,
+                    node.name,
+                    node.opset,
+                    f"float16 tensor {v.name!r} in the model: precision='fp16' converts "
+                    "float32 models only",
+                )
+
+
 @register_pass("fp16")
 def to_fp16(graph: Graph) -> Graph:
+    _refuse_half_models(graph)
     casts = _Casts(graph)
-    halved: set[int] = set()  # values this pass turned float16 (a float16 model's stay as are)
+    halved: set[int] = set()  # values this pass turned float16
     nodes: list[Node] = []
     for node in graph.nodes:
         half = _wants_half(node)

@@ -67,11 +67,13 @@ def test_constant_beyond_float16_range_keeps_its_node_float32():
     assert _ops(g, "MatMul")[0].outputs[0].dtype == F16
 
 
-def test_a_float16_model_is_left_as_it_is():
+def test_a_float16_model_is_refused_by_name():
+    from pyforge.errors import UnsupportedOperatorError
+
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
     model = make_model(nodes, [("x", np.float16, [3])], [("y", np.float16, [3])])
-    g = _half(model)
-    assert not _ops(g, "Cast") and g.outputs[0].dtype == F16
+    with pytest.raises(UnsupportedOperatorError, match="'relu'.*float16 tensor 'x'"):
+        _half(model)
 
 
 def test_fp16_plan_halves_weights_and_arena():

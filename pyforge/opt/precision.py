@@ -69,10 +69,9 @@ def _wants_half(node: Node) -> bool:
     if not floats or any(v.const is not None and not _fits_half(v.const) for v in floats):
         return False
     if node.op in HALF_OPS:
-        return all(v.dtype == F32 or v.dtype == F16 for v in node.outputs)
-    if node.op in FOLLOW_OPS:
-        return any(v.dtype == F16 and v.const is None for v in floats)
-    return False
+        return all(v.dtype == F32 for v in node.outputs)
+    # every float16 value is one this pass made (a float16 model is refused first)
+    return node.op in FOLLOW_OPS and any(v.dtype == F16 for v in floats)
 
 
 def _refuse_half_models(graph: Graph) -> None:
@@ -94,7 +93,6 @@ def _refuse_half_models(graph: Graph) -> None:
 def to_fp16(graph: Graph) -> Graph:
     _refuse_half_models(graph)
     casts = _Casts(graph)
-    halved: set[int] = set()  # values this pass turned float16
     nodes: list[Node] = []
     for node in graph.nodes:
         half = _wants_half(node)
@@ -103,19 +101,18 @@ def to_fp16(graph: Graph) -> Graph:
                 continue
             if half and v.dtype == F32:
                 node.inputs[k] = casts.get(v, F16)
-            elif not half and id(v) in halved:
+            elif not half and v.dtype == F16:
                 node.inputs[k] = casts.get(v, F32)
         if half:
             for out in node.outputs:
                 if out.dtype == F32:
                     out.dtype = F16
-                    halved.add(id(out))
         nodes += casts.pending + [node]
         casts.pending = []
     graph.nodes = nodes
     # outputs keep their names and float32: the half value is renamed, the cast takes the name
     for k, v in enumerate(graph.outputs):
-        if id(v) in halved:
+        if v.dtype == F16:
             name = v.name
             v.name = graph.fresh_name(f"{name}_f16")
             out = Value(name, v.shape, F32)

@@ -74,10 +74,10 @@ class CpuRuntime:
     def __init__(self, plan: ExecutionPlan, precision: str = "fp32", fused_steps: bool = True):
         if precision != "fp32":
             raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
-        halves = [n for n, s in plan.slots.items() if np.dtype(s.dtype) == np.float16]
+        halves = [n for n in _step_tensors(plan) if np.dtype(plan.slots[n].dtype) == np.float16]
         if halves:  # a plan saved from compile(..., precision="fp16")
             raise ModelLoadError(
-                f"the plan stores float16 tensors ({halves[0]!r}...): it was compiled with "
+                f"the plan computes on float16 tensors ({halves[0]!r}...): it was compiled with "
                 "precision='fp16', which runs on the cuda target only"
             )
         self.plan = plan
@@ -142,6 +142,18 @@ class CpuRuntime:
             name: self.views[name].reshape(self.plan.slots[name].shape).copy()
             for name in self.plan.outputs
         }
+
+
+def _step_tensors(plan: ExecutionPlan) -> set[str]:
+    """Every tensor a step of the plan reads or writes (a constant output may be in none)."""
+    names: set[str] = set()
+    for step in plan.steps:
+        for part in (step, step.get("prologue"), step.get("epilogue")):
+            if part and part.get("kind", "kernel") == "kernel" and "args" in part:
+                names.update(v for kind, v in part["args"] if kind in ("t", "w"))
+        if step["kind"] == "gemm":
+            names.update(step[k] for k in ("a", "b", "c", "d") if step.get(k))
+    return names
 
 
 def _kernel_call(fn, n, args) -> Callable[[], None]:

@@ -46,7 +46,7 @@ def _with_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> 
 
 def _shape_like_inputs(model: onnx.ModelProto) -> set[str]:
     """Run-time inputs read where an op needs a constant (a shape, axes, pads, ...)."""
-    from .frontend.registry import OPS
+    from .ops import OPS
 
     runtime = {i.name for i in _runtime_inputs(model)}
     names = set()

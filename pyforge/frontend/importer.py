@@ -15,18 +15,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
-from . import (  # noqa: F401  # noqa: F401
-    ops_einsum,
-    ops_elementwise,
-    ops_gathernd,
-    ops_index,
-    ops_nn,
-    ops_norm,
-    ops_reduce,
-    ops_resize,
-    ops_shape,
-)
-from .registry import OPS, infer_node
+from ..ops import OPS, infer_node
 
 # Ops never folded even with constant inputs (none yet; kept for ops with side effects later).
 _NO_FOLD: set[str] = set()
@@ -42,6 +31,10 @@ def _const(name: str, arr: np.ndarray, op: str, node: str, opset: int | None) ->
     if arr.dtype not in _DTYPES:
         raise UnsupportedOperatorError(op, node, opset, f"constant {name!r} of type {arr.dtype}")
     return Value(name, tuple(arr.shape), arr.dtype, const=arr)
+
+
+# attributes that hold an ONNX element type: numpy dtypes below the frontend
+_DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",)}
 
 
 def onnx_dtype(elem_type: int) -> np.dtype:
@@ -162,6 +155,9 @@ def import_onnx(
         if onode.domain not in ("", "ai.onnx"):
             raise UnsupportedOperatorError(onode.op_type, name, opset, f"domain {onode.domain!r}")
         attrs = {a.name: _attr_value(a) for a in onode.attribute}
+        for key in _DTYPE_ATTRS.get(onode.op_type, ()):
+            if key in attrs:
+                attrs[key] = onnx_dtype(int(attrs[key]))
         if onode.op_type == "Constant":
             arr = _constant_value(onode, attrs)
             values[onode.output[0]] = _const(onode.output[0], arr, "Constant", name, opset)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOperatorError
-from ..frontend.ops_shape import VIEW_OPS
 from ..ir import Graph, Node, Value
+from ..ops.registry import kind_of
 from .emit import SPECIALIZE, KernelBuilder, KernelCall, broadcast_strides, type_name
 from .gemm_forms import GEMM_OPS, gemm_for, library_epilogue, nhwc_gemm_form
 from .implicit_conv import Tile, implicit_conv, workspace_floats
@@ -178,7 +178,7 @@ def _lower_graph(graph: Graph, conv: tuple) -> Program:
     for v in graph.inputs:
         prog.inputs.append(prog.add(v))
     for node in graph.nodes:
-        if node.op in VIEW_OPS:
+        if kind_of(node.op) == "view":
             src = prog.add(node.inputs[0])
             out = node.outputs[0]
             prog.tensors[out.name] = TensorInfo(out.shape, np.dtype(out.dtype), alias=src)

@@ -7,29 +7,18 @@ lowers to one kernel, or to one GEMM call plus at most one epilogue kernel.
 
 from __future__ import annotations
 
-from ..frontend.ops_elementwise import BINARY, UNARY
-from ..frontend.ops_shape import VIEW_OPS
 from ..ir import Graph, Node
+from ..ops.registry import flag, kind_of
 from .passes import register_pass
 
-ELEMENTWISE = (set(UNARY) | set(BINARY) | {"Cast"}) - {"Identity"}
-# Anchors whose result is produced one output element at a time, so an epilogue can follow.
-EPILOGUE_ANCHORS = {
-    "Conv",
-    "Gemm",
-    "MatMul",
-    "MaxPool",
-    "AveragePool",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "Transpose",
-    "Concat",
-    "ConvNHWC",
-    "MaxPoolNHWC",
-    "AveragePoolNHWC",
-    "GlobalAveragePoolNHWC",
-    "GlobalMaxPoolNHWC",
-}
+
+def is_elementwise(node: Node) -> bool:
+    return kind_of(node.op) == "elementwise"
+
+
+def takes_epilogue(node: Node) -> bool:
+    """The anchor's lowering yields one output element at a time, so a tail may follow."""
+    return bool(flag(node.op, "epilogue"))
 
 
 def _group_node(members: list[Node], graph_outputs: set[int], users: dict[int, list[Node]]) -> Node:
@@ -47,7 +36,7 @@ def _group_node(members: list[Node], graph_outputs: set[int], users: dict[int, l
         for o in m.outputs
         if id(o) in graph_outputs or any(id(u) not in member_ids for u in users.get(id(o), []))
     ]
-    anchor = members[0] if members[0].op not in ELEMENTWISE else None
+    anchor = None if is_elementwise(members[0]) else members[0]
     node = Node("Fused", inputs, outputs, {"members": members, "anchor": anchor}, members[-1].name)
     for o in outputs:
         o.producer = node
@@ -61,18 +50,18 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
     group_of: dict[int, int] = {}  # id(Value) -> index of the group that produces it
     first_pos: list[int] = []
     for pos, node in enumerate(graph.nodes):
-        if node.op in VIEW_OPS:
+        if kind_of(node.op) == "view":
             continue
         target = None
-        if fuse and node.op in ELEMENTWISE:
+        if fuse and is_elementwise(node):
             shape = node.outputs[0].shape
             for v in node.inputs:
                 gi = group_of.get(id(v)) if v is not None else None
                 if gi is None:
                     continue
                 g = groups[gi]
-                anchor = g[0] if g[0].op not in ELEMENTWISE else None
-                if anchor is not None and anchor.op not in EPILOGUE_ANCHORS:
+                anchor = None if is_elementwise(g[0]) else g[0]
+                if anchor is not None and not takes_epilogue(anchor):
                     continue
                 if g[-1].outputs[0].shape != shape or (anchor and anchor.outputs[0].shape != shape):
                     continue
@@ -113,7 +102,7 @@ def fuse_graph(graph: Graph, fuse: bool = True) -> Graph:
     last_member = {id(g[-1]): g for g in groups}
     new_nodes = []
     for node in graph.nodes:
-        if node.op in VIEW_OPS:
+        if kind_of(node.op) == "view":
             new_nodes.append(node)
         elif id(node) in last_member:
             new_nodes.append(_group_node(last_member[id(node)], graph_outputs, users))

@@ -11,17 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, Value
-from .fusion import ELEMENTWISE
+from ..ops.registry import flag, kind_of
 from .passes import register_pass
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-NHWC_OPS = {
-    "Conv": "ConvNHWC",
-    "MaxPool": "MaxPoolNHWC",
-    "AveragePool": "AveragePoolNHWC",
-    "GlobalAveragePool": "GlobalAveragePoolNHWC",
-    "GlobalMaxPool": "GlobalMaxPoolNHWC",
-}
 
 
 def _nhwc_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -79,16 +72,19 @@ def nhwc_layout(graph: Graph) -> Graph:
             w_nhwc = graph.constant(np.ascontiguousarray(w.const.transpose(TO_NHWC)), "w_nhwc")
             y = node.outputs[0]
             y_t = Value(graph.fresh_name(y.name + "_nhwc"), _nhwc_shape(y.shape), y.dtype)
-            out.append(_node("ConvNHWC", [to_nhwc(x), w_nhwc], y_t, dict(node.attrs), node.name))
+            out.append(
+                _node(flag("Conv", "nhwc"), [to_nhwc(x), w_nhwc], y_t, dict(node.attrs), node.name)
+            )
             twin[id(y)] = y_t
             continue
-        if node.op in NHWC_OPS and node.op != "Conv" and rank4 and id(x) in twin:
+        twin_op = flag(node.op, "nhwc")
+        if twin_op and node.op != "Conv" and rank4 and id(x) in twin:
             y = node.outputs[0]
             y_t = Value(graph.fresh_name(y.name + "_nhwc"), _nhwc_shape(y.shape), y.dtype)
-            out.append(_node(NHWC_OPS[node.op], [twin[id(x)]], y_t, dict(node.attrs), node.name))
+            out.append(_node(twin_op, [twin[id(x)]], y_t, dict(node.attrs), node.name))
             twin[id(y)] = y_t
             continue
-        if node.op in ELEMENTWISE and len(node.outputs[0].shape) == 4:
+        if kind_of(node.op) == "elementwise" and len(node.outputs[0].shape) == 4:
             live = [v for v in node.inputs if v is not None and v.const is None]
             if live and all(id(v) in twin for v in live):
                 ins = [

@@ -18,21 +18,11 @@ import numpy as np
 
 from ..errors import UnsupportedOperatorError
 from ..ir import Graph, Node, Value
+from ..ops.registry import flag
 from .passes import register_pass
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 HALF_MAX = float(np.finfo(np.float16).max)
-
-# computed half (float32 accumulation in cuBLASLt or in the kernel)
-HALF_OPS = {"Conv", "ConvNHWC", "Gemm", "MatMul"}
-# exact, or computed in float32 from half inputs and rounded once: half when fed half
-FOLLOW_OPS = {
-    "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "HardSigmoid", "HardSwish",
-    "Add", "Sub", "Mul", "Max", "Min",
-    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    "MaxPoolNHWC", "AveragePoolNHWC", "GlobalAveragePoolNHWC", "GlobalMaxPoolNHWC",
-    "Transpose", "Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
-}  # fmt: skip
 
 
 def _fits_half(arr: np.ndarray) -> bool:
@@ -68,10 +58,11 @@ def _wants_half(node: Node) -> bool:
     floats = [v for v in node.inputs if v is not None and v.dtype in (F32, F16)]
     if not floats or any(v.const is not None and not _fits_half(v.const) for v in floats):
         return False
-    if node.op in HALF_OPS:
+    half = flag(node.op, "half")
+    if half == "compute":
         return all(v.dtype == F32 for v in node.outputs)
     # every float16 value is one this pass made (a float16 model is refused first)
-    return node.op in FOLLOW_OPS and any(v.dtype == F16 for v in floats)
+    return half == "follow" and any(v.dtype == F16 for v in floats)
 
 
 def _refuse_half_models(graph: Graph) -> None:

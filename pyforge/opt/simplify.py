@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.registry import OPS
 from ..ir import Graph
+from ..ops import OPS
+from ..ops.registry import kind_of
 from .passes import register_pass
 
 
@@ -48,9 +49,7 @@ def drop_identity(graph: Graph) -> Graph:
     for node in graph.nodes:
         x = node.inputs[0] if node.inputs else None
         same = x is not None and node.outputs[0].shape == x.shape
-        forwardable = node.op == "Identity" or (
-            node.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") and same
-        )
+        forwardable = node.op == "Identity" or (kind_of(node.op) == "view" and same)
         if forwardable and id(node.outputs[0]) not in outputs:
             graph.replace_uses(node.outputs[0], x)
             continue

@@ -36,4 +36,11 @@ def _gathernd_eval(node: Node, xs):
     return [out.reshape(_gathernd_infer(node)[0][0])]
 
 
-register("GatherND", _gathernd_eval, _gathernd_infer, _gathernd_normalize)
+register(
+    "GatherND",
+    _gathernd_eval,
+    _gathernd_infer,
+    _gathernd_normalize,
+    kind="injective",
+    epilogue=True,
+)

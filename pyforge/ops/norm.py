@@ -47,8 +47,16 @@ def _norm_infer(node: Node):
     return outs if "output" not in node.attrs else [outs[node.attrs["output"]]]
 
 
-register("LayerNormalization", _norm_eval, _norm_infer, _norm_normalize, split_outputs=True)
-register("RMSNormalization", _norm_eval, _norm_infer, _norm_normalize)
+register(
+    "LayerNormalization",
+    _norm_eval,
+    _norm_infer,
+    _norm_normalize,
+    split_outputs=True,
+    kind="rows",
+    epilogue=True,
+)
+register("RMSNormalization", _norm_eval, _norm_infer, _norm_normalize, kind="rows", epilogue=True)
 
 
 # -- channel normalizations: GroupNormalization, InstanceNormalization (groups = channels), LRN --
@@ -86,8 +94,17 @@ def _group_eval(node: Node, xs):
     return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype)]
 
 
-register("GroupNormalization", _group_eval, same_as_input(), _group_normalize)
-register("InstanceNormalization", _group_eval, same_as_input(), _group_normalize)
+register(
+    "GroupNormalization", _group_eval, same_as_input(), _group_normalize, kind="rows", epilogue=True
+)
+register(
+    "InstanceNormalization",
+    _group_eval,
+    same_as_input(),
+    _group_normalize,
+    kind="rows",
+    epilogue=True,
+)
 
 
 def _lrn_normalize(node: Node) -> None:
@@ -117,4 +134,4 @@ def _lrn_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("LRN", _lrn_eval, same_as_input(), _lrn_normalize)
+register("LRN", _lrn_eval, same_as_input(), _lrn_normalize, kind="window", epilogue=True)

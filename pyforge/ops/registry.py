@@ -21,12 +21,38 @@ Evaluate = Callable[[Node, list], list[np.ndarray]]
 Normalize = Callable[[Node], None]
 
 
+# What an op's computation looks like, in the spirit of TVM's op patterns; passes read this.
+KINDS = (
+    "elementwise",  # one output element from the inputs' elements at the same (broadcast) place
+    "view",  # the input's bytes under another shape: no kernel
+    "injective",  # each output element reads input elements at computed places (gather, pad)
+    "gemm",  # a matrix product: a GEMM library call
+    "window",  # each output element reduces a spatial window (pools, direct convs)
+    "reduce",  # each output element reduces over axes (ReduceSum, ArgMax, Einsum)
+    "rows",  # each output row needs its whole input row (softmax, norms)
+    "opaque",  # anything else: never fused with a neighbour
+)
+HALF = (None, "compute", "follow")
+
+
 @dataclass
 class OpDef:
+    """One op: its rules and what it is. ``kind`` is one of KINDS.
+
+    ``epilogue``: its lowering yields one output element at a time, so an elementwise tail may
+    fuse into its kernel; ``half``: "compute" runs in float16 under precision="fp16", "follow"
+    is exact in float16 and runs half when fed half; ``nhwc``: its channels-last twin op;
+    ``internal``: made by a pass, never read from ONNX."""
+
     name: str
     evaluate: Evaluate | None = None
     infer: Infer | None = None
     normalize: Normalize | None = None
+    kind: str = "opaque"
+    epilogue: bool = False
+    half: str | None = None
+    nhwc: str | None = None
+    internal: bool = False
     min_opset: int = 1
     # input positions that must be constants (shapes, axes, pads...): a backend that sees them as
     # run-time graph inputs specialises the model on their values
@@ -35,6 +61,10 @@ class OpDef:
     shape_only: bool = False
     # a multi-output op is imported as one single-output copy per used output, attrs["output"] = k
     split_outputs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS or self.half not in HALF:
+            raise ValueError(f"op {self.name}: kind {self.kind!r}, half {self.half!r}")
 
 
 OPS: dict[str, OpDef] = {}
@@ -45,15 +75,21 @@ def register(
     evaluate: Evaluate | None = None,
     infer: Infer | None = None,
     normalize: Normalize | None = None,
-    min_opset: int = 1,
-    const_inputs: tuple[int, ...] = (),
-    shape_only: bool = False,
-    split_outputs: bool = False,
+    **facts,
 ) -> OpDef:
-    OPS[name] = OpDef(
-        name, evaluate, infer, normalize, min_opset, const_inputs, shape_only, split_outputs
-    )
+    OPS[name] = OpDef(name, evaluate, infer, normalize, **facts)
     return OPS[name]
+
+
+def kind_of(op: str) -> str:
+    """The op's kind; "opaque" for an op the table does not know (the Fused group node)."""
+    opdef = OPS.get(op)
+    return opdef.kind if opdef is not None else "opaque"
+
+
+def flag(op: str, name: str):
+    opdef = OPS.get(op)
+    return getattr(opdef, name) if opdef is not None else None
 
 
 # -- helpers for rules ------------------------------------------------------------------------

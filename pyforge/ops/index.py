@@ -19,23 +19,22 @@ def _constant_of_shape_eval(node: Node, xs):
     return [np.full([int(d) for d in xs[0]], value[0], value.dtype)]
 
 
-register("ConstantOfShape", _constant_of_shape_eval, const_inputs=(0,))
+register("ConstantOfShape", _constant_of_shape_eval, const_inputs=(0,), kind="opaque")
 register(
     "Range",
     lambda n, xs: [np.arange(xs[0], xs[1], xs[2]).astype(np.result_type(xs[0]))],
     const_inputs=(0, 1, 2),
+    kind="opaque",
 )
 
 
 def _eyelike_eval(node: Node, xs):
-    from .importer import onnx_dtype
-
     x = xs[0]
-    dtype = onnx_dtype(node.attr("dtype")) if node.attr("dtype") is not None else x.dtype
+    dtype = node.attr("dtype") if node.attr("dtype") is not None else x.dtype
     return [np.eye(x.shape[0], x.shape[1], k=int(node.attr("k", 0)), dtype=dtype)]
 
 
-register("EyeLike", _eyelike_eval, shape_only=True)
+register("EyeLike", _eyelike_eval, shape_only=True, kind="opaque")
 
 # -- Expand, Tile -------------------------------------------------------------------------------
 
@@ -57,6 +56,8 @@ register(
     lambda n: [(tuple(n.attrs["shape"]), n.inputs[0].dtype)],
     _expand_normalize,
     const_inputs=(1,),
+    kind="injective",
+    epilogue=True,
 )
 
 
@@ -78,6 +79,8 @@ register(
     ],
     _tile_normalize,
     const_inputs=(1,),
+    kind="injective",
+    epilogue=True,
 )
 
 # -- Pad ----------------------------------------------------------------------------------------
@@ -122,7 +125,15 @@ def _pad_infer(node: Node):
     return [(tuple(d + p[i] + p[i + r] for i, d in enumerate(x.shape)), x.dtype)]
 
 
-register("Pad", _pad_eval, _pad_infer, _pad_normalize, const_inputs=(1, 2, 3))
+register(
+    "Pad",
+    _pad_eval,
+    _pad_infer,
+    _pad_normalize,
+    const_inputs=(1, 2, 3),
+    kind="injective",
+    epilogue=True,
+)
 
 # -- GatherElements -----------------------------------------------------------------------------
 
@@ -139,6 +150,8 @@ register(
     _gather_elements_eval,
     lambda n: [(n.inputs[1].shape, n.inputs[0].dtype)],
     normalize_gather,
+    kind="injective",
+    epilogue=True,
 )
 
 # -- Split --------------------------------------------------------------------------------------
@@ -180,7 +193,14 @@ def _split_infer(node: Node):
 
 
 register(
-    "Split", _split_eval, _split_infer, _split_normalize, const_inputs=(1,), split_outputs=True
+    "Split",
+    _split_eval,
+    _split_infer,
+    _split_normalize,
+    const_inputs=(1,),
+    split_outputs=True,
+    kind="injective",
+    epilogue=True,
 )
 
 # -- DepthToSpace, SpaceToDepth ------------------------------------------------------------------
@@ -215,8 +235,8 @@ def _d2s_normalize(node: Node) -> None:
     node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": mode}
 
 
-register("DepthToSpace", _d2s_eval, None, _d2s_normalize)
-register("SpaceToDepth", _d2s_eval, None, _d2s_normalize)
+register("DepthToSpace", _d2s_eval, None, _d2s_normalize, kind="injective", epilogue=True)
+register("SpaceToDepth", _d2s_eval, None, _d2s_normalize, kind="injective", epilogue=True)
 
 # -- Trilu, OneHot ------------------------------------------------------------------------------
 
@@ -238,6 +258,8 @@ register(
     lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
     _trilu_normalize,
     const_inputs=(1,),
+    kind="injective",
+    epilogue=True,
 )
 
 
@@ -269,7 +291,15 @@ def _onehot_infer(node: Node):
     return [(tuple(shape), node.attrs["dtype"])]
 
 
-register("OneHot", _onehot_eval, _onehot_infer, _onehot_normalize, const_inputs=(1, 2))
+register(
+    "OneHot",
+    _onehot_eval,
+    _onehot_infer,
+    _onehot_normalize,
+    const_inputs=(1, 2),
+    kind="injective",
+    epilogue=True,
+)
 
 # -- CumSum, TopK, Hardmax: one row along an axis per kernel iteration ---------------------------
 
@@ -300,6 +330,8 @@ register(
     lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
     _cumsum_normalize,
     const_inputs=(1,),
+    kind="reduce",
+    epilogue=True,
 )
 
 
@@ -344,6 +376,8 @@ register(
     _topk_normalize,
     const_inputs=(1,),
     split_outputs=True,
+    kind="reduce",
+    epilogue=True,
 )
 
 
@@ -363,7 +397,12 @@ def _hardmax_eval(node: Node, xs):
 
 
 register(
-    "Hardmax", _hardmax_eval, lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)], _hardmax_normalize
+    "Hardmax",
+    _hardmax_eval,
+    lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
+    _hardmax_normalize,
+    kind="rows",
+    epilogue=True,
 )
 
 # -- Dropout: the identity at inference ----------------------------------------------------------
@@ -378,4 +417,6 @@ def _dropout_normalize(node: Node) -> None:
     node.op = "Identity"
 
 
-register("Dropout", lambda n, xs: [xs[0]], None, _dropout_normalize, const_inputs=(1, 2))
+register(
+    "Dropout", lambda n, xs: [xs[0]], None, _dropout_normalize, const_inputs=(1, 2), kind="view"
+)

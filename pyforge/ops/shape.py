@@ -15,9 +15,6 @@ from .registry import (
     take_const_inputs,
 )
 
-# Ops whose output is the input's bytes under another shape: lowered as views, never a kernel.
-VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
-
 
 def _static_shape_infer(node: Node):
     return [(tuple(node.attrs["shape"]), node.inputs[0].dtype)]
@@ -50,7 +47,15 @@ def _reshape_normalize(node: Node) -> None:
     node.attrs = {"shape": shape}
 
 
-register("Reshape", _reshape_to, _static_shape_infer, _reshape_normalize, const_inputs=(1,))
+register(
+    "Reshape",
+    _reshape_to,
+    _static_shape_infer,
+    _reshape_normalize,
+    const_inputs=(1,),
+    kind="view",
+    half="follow",
+)
 
 # -- Flatten, Squeeze, Unsqueeze: all become Reshape-like nodes with attrs["shape"] --------------
 
@@ -97,9 +102,27 @@ def _unsqueeze_normalize(node: Node) -> None:
     node.attrs = {"shape": shape}
 
 
-register("Flatten", _reshape_to, _static_shape_infer, _flatten_normalize)
-register("Squeeze", _reshape_to, _static_shape_infer, _squeeze_normalize, const_inputs=(1,))
-register("Unsqueeze", _reshape_to, _static_shape_infer, _unsqueeze_normalize, const_inputs=(1,))
+register(
+    "Flatten", _reshape_to, _static_shape_infer, _flatten_normalize, kind="view", half="follow"
+)
+register(
+    "Squeeze",
+    _reshape_to,
+    _static_shape_infer,
+    _squeeze_normalize,
+    const_inputs=(1,),
+    kind="view",
+    half="follow",
+)
+register(
+    "Unsqueeze",
+    _reshape_to,
+    _static_shape_infer,
+    _unsqueeze_normalize,
+    const_inputs=(1,),
+    kind="view",
+    half="follow",
+)
 
 # -- Transpose ----------------------------------------------------------------------------------
 
@@ -118,6 +141,9 @@ register(
     lambda n, xs: [np.transpose(xs[0], n.attrs["perm"])],
     lambda n: [(tuple(n.inputs[0].shape[p] for p in n.attrs["perm"]), n.inputs[0].dtype)],
     _transpose_normalize,
+    kind="injective",
+    epilogue=True,
+    half="follow",
 )
 
 # -- Concat -------------------------------------------------------------------------------------
@@ -148,6 +174,9 @@ register(
     lambda n, xs: [np.concatenate(xs, axis=n.attrs["axis"])],
     _concat_infer,
     _concat_normalize,
+    kind="injective",
+    epilogue=True,
+    half="follow",
 )
 
 # -- ops that are always folded when shapes are static -------------------------------------------
@@ -159,15 +188,15 @@ def _shape_eval(node: Node, xs):
     return [shape[start:end]]
 
 
-register("Shape", _shape_eval, shape_only=True)
-register("Size", lambda n, xs: [np.array(np.size(xs[0]), np.int64)], shape_only=True)
+register("Shape", _shape_eval, shape_only=True, kind="opaque")
+register("Size", lambda n, xs: [np.array(np.size(xs[0]), np.int64)], shape_only=True, kind="opaque")
 
 
 def _constant_eval(node: Node, xs):
     return [node.attrs["value"]]
 
 
-register("Constant", _constant_eval)
+register("Constant", _constant_eval, kind="opaque")
 
 
 def _gather_eval(node: Node, xs):
@@ -177,13 +206,11 @@ def _gather_eval(node: Node, xs):
     return [np.take(data, idx, axis=axis)]
 
 
-register("Gather", _gather_eval, None, normalize_gather)
+register("Gather", _gather_eval, None, normalize_gather, kind="injective", epilogue=True)
 
 
 def _cast_normalize(node: Node) -> None:
-    from .importer import onnx_dtype
-
-    node.attrs = {"to": onnx_dtype(int(node.attrs["to"]))}
+    node.attrs = {"to": np.dtype(node.attrs["to"])}
 
 
 def _castlike_normalize(node: Node) -> None:
@@ -192,13 +219,20 @@ def _castlike_normalize(node: Node) -> None:
     node.op = "Cast"
 
 
-register("CastLike", lambda n, xs: [xs[0].astype(n.attrs["to"])], None, _castlike_normalize)
+register(
+    "CastLike",
+    lambda n, xs: [xs[0].astype(n.attrs["to"])],
+    None,
+    _castlike_normalize,
+    kind="elementwise",
+)
 
 register(
     "Cast",
     lambda n, xs: [xs[0].astype(n.attrs["to"])],
     lambda n: [(n.inputs[0].shape, np.dtype(n.attrs["to"]))],
     _cast_normalize,
+    kind="elementwise",
 )
 
 
@@ -218,4 +252,12 @@ def _slice_eval(node: Node, xs):
     return [x[tuple(index)]]
 
 
-register("Slice", _slice_eval, None, _slice_normalize, const_inputs=(1, 2, 3, 4))
+register(
+    "Slice",
+    _slice_eval,
+    None,
+    _slice_normalize,
+    const_inputs=(1, 2, 3, 4),
+    kind="injective",
+    epilogue=True,
+)

@@ -60,4 +60,4 @@ def _einsum_infer(node: Node):
     return [(tuple(a["dims"][c] for c in a["output"]), node.inputs[0].dtype)]
 
 
-register("Einsum", _einsum_eval, _einsum_infer, _einsum_normalize)
+register("Einsum", _einsum_eval, _einsum_infer, _einsum_normalize, kind="reduce", epilogue=True)

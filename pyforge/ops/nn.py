@@ -109,7 +109,16 @@ def _conv_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("Conv", _conv_eval, _conv_infer, _conv_normalize)
+register(
+    "Conv",
+    _conv_eval,
+    _conv_infer,
+    _conv_normalize,
+    kind="gemm",
+    epilogue=True,
+    half="compute",
+    nhwc="ConvNHWC",
+)
 
 # -- pools --------------------------------------------------------------------------------------
 
@@ -155,8 +164,26 @@ def _avgpool_eval(node: Node, xs):
     return [(s / cnt).astype(x.dtype)]
 
 
-register("MaxPool", _maxpool_eval, _pool_infer, _pool_normalize)
-register("AveragePool", _avgpool_eval, _pool_infer, _pool_normalize)
+register(
+    "MaxPool",
+    _maxpool_eval,
+    _pool_infer,
+    _pool_normalize,
+    kind="window",
+    epilogue=True,
+    half="follow",
+    nhwc="MaxPoolNHWC",
+)
+register(
+    "AveragePool",
+    _avgpool_eval,
+    _pool_infer,
+    _pool_normalize,
+    kind="window",
+    epilogue=True,
+    half="follow",
+    nhwc="AveragePoolNHWC",
+)
 
 
 def _global_infer(node: Node):
@@ -168,11 +195,19 @@ register(
     "GlobalAveragePool",
     lambda n, xs: [xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
     _global_infer,
+    kind="window",
+    epilogue=True,
+    half="follow",
+    nhwc="GlobalAveragePoolNHWC",
 )
 register(
     "GlobalMaxPool",
     lambda n, xs: [xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)],
     _global_infer,
+    kind="window",
+    epilogue=True,
+    half="follow",
+    nhwc="GlobalMaxPoolNHWC",
 )
 
 # -- BatchNormalization -------------------------------------------------------------------------
@@ -195,7 +230,7 @@ def _bn_eval(node: Node, xs):
     return [(x * k.reshape(shape) + (bias - mean * k).reshape(shape)).astype(x.dtype)]
 
 
-register("BatchNormalization", _bn_eval, same_as_input(), _bn_normalize)
+register("BatchNormalization", _bn_eval, same_as_input(), _bn_normalize, kind="opaque")
 
 # -- Gemm and MatMul ----------------------------------------------------------------------------
 
@@ -235,7 +270,9 @@ def _gemm_eval(node: Node, xs):
     return [y.astype(xs[0].dtype)]
 
 
-register("Gemm", _gemm_eval, _gemm_infer, _gemm_normalize)
+register(
+    "Gemm", _gemm_eval, _gemm_infer, _gemm_normalize, kind="gemm", epilogue=True, half="compute"
+)
 
 
 def _matmul_infer(node: Node):
@@ -259,7 +296,14 @@ def _matmul_infer(node: Node):
     return [(tuple(int(d) for d in out), a.dtype)]
 
 
-register("MatMul", lambda n, xs: [np.matmul(xs[0], xs[1])], _matmul_infer)
+register(
+    "MatMul",
+    lambda n, xs: [np.matmul(xs[0], xs[1])],
+    _matmul_infer,
+    kind="gemm",
+    epilogue=True,
+    half="compute",
+)
 
 # -- Softmax family -----------------------------------------------------------------------------
 
@@ -287,8 +331,8 @@ def _softmax_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("Softmax", _softmax_eval, same_as_input(), _softmax_normalize)
-register("LogSoftmax", _softmax_eval, same_as_input(), _softmax_normalize)
+register("Softmax", _softmax_eval, same_as_input(), _softmax_normalize, kind="rows")
+register("LogSoftmax", _softmax_eval, same_as_input(), _softmax_normalize, kind="rows")
 
 # -- LpPool and ConvTranspose -------------------------------------------------------------------
 
@@ -305,7 +349,7 @@ def _lppool_eval(node: Node, xs):
     return [(s ** (1.0 / node.attrs["p"])).astype(x.dtype)]
 
 
-register("LpPool", _lppool_eval, _pool_infer, _lppool_normalize)
+register("LpPool", _lppool_eval, _pool_infer, _lppool_normalize, kind="window", epilogue=True)
 
 
 def _convt_normalize(node: Node) -> None:
@@ -375,4 +419,10 @@ def _convt_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("ConvTranspose", _convt_eval, _convt_infer, _convt_normalize)
+register("ConvTranspose", _convt_eval, _convt_infer, _convt_normalize, kind="window", epilogue=True)
+
+# -- channels-last twins, made by the nhwc_layout pass (their outputs come shaped) -------------
+
+register("ConvNHWC", kind="gemm", epilogue=True, half="compute", internal=True)
+for _pool in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
+    register(f"{_pool}NHWC", kind="window", epilogue=True, half="follow", internal=True)

@@ -80,7 +80,15 @@ def _reduce_infer(node: Node):
 
 
 for _op in REDUCE:
-    register(_op, _reduce_eval, _reduce_infer, _reduce_normalize, const_inputs=(1,))
+    register(
+        _op,
+        _reduce_eval,
+        _reduce_infer,
+        _reduce_normalize,
+        const_inputs=(1,),
+        kind="reduce",
+        epilogue=True,
+    )
 
 
 def _arg_normalize(node: Node) -> None:
@@ -107,5 +115,5 @@ def _arg_infer(node: Node):
     return [(_out_shape(node, node.inputs[0].shape), np.dtype(np.int64))]
 
 
-register("ArgMax", _arg_eval, _arg_infer, _arg_normalize)
-register("ArgMin", _arg_eval, _arg_infer, _arg_normalize)
+register("ArgMax", _arg_eval, _arg_infer, _arg_normalize, kind="reduce", epilogue=True)
+register("ArgMin", _arg_eval, _arg_infer, _arg_normalize, kind="reduce", epilogue=True)

@@ -258,6 +258,21 @@ def _resize_infer(node: Node):
 
 
 register(
-    "Resize", _resize_eval, _resize_infer, _resize_normalize, min_opset=10, const_inputs=(1, 2, 3)
+    "Resize",
+    _resize_eval,
+    _resize_infer,
+    _resize_normalize,
+    min_opset=10,
+    const_inputs=(1, 2, 3),
+    kind="injective",
+    epilogue=True,
 )
-register("Upsample", _resize_eval, _resize_infer, _resize_normalize, const_inputs=(1,))
+register(
+    "Upsample",
+    _resize_eval,
+    _resize_infer,
+    _resize_normalize,
+    const_inputs=(1,),
+    kind="injective",
+    epilogue=True,
+)

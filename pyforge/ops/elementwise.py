@@ -113,6 +113,10 @@ BINARY = {
     "Where": np.where,
 }
 
+# exact in float16, or computed in float32 from float16 inputs and rounded once
+HALF_FOLLOW = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Neg", "Abs", "HardSigmoid"}
+HALF_FOLLOW |= {"HardSwish", "Add", "Sub", "Mul", "Max", "Min", "Identity"}
+
 BOOL_OUT = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"}
 BOOL_OUT |= {"Not", "IsNaN", "IsInf"}
 VARIADIC = {"Max", "Min", "Sum", "Mean"}
@@ -211,7 +215,16 @@ for _name, _fn in UNARY.items():
         _infer_unary,
         _unary_normalize,
         const_inputs=(1, 2) if _name == "Clip" else (),
+        kind="view" if _name == "Identity" else "elementwise",
+        half="follow" if _name in HALF_FOLLOW else None,
     )
 
 for _name, _fn in BINARY.items():
-    register(_name, _binary(_name, _fn), _infer_binary, _binary_normalize)
+    register(
+        _name,
+        _binary(_name, _fn),
+        _infer_binary,
+        _binary_normalize,
+        kind="elementwise",
+        half="follow" if _name in HALF_FOLLOW else None,
+    )

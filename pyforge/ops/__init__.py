@@ -1,0 +1,9 @@
+"""What each op IS, in one place: its shape/dtype rule, numpy reference, kind and flags.
+
+Every layer above reads this table (``OPS[name]``); none keeps its own set of op names.
+"""
+
+from . import einsum, elementwise, gathernd, index, nn, norm, reduce, resize, shape  # noqa: F401
+from .registry import OPS, OpDef, infer_node
+
+__all__ = ["OPS", "OpDef", "infer_node"]

@@ -45,6 +45,10 @@ class ExecutionPlan:
     def signature(self, names: list[str]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         return [(n, tuple(self.slots[n].shape), np.dtype(self.slots[n].dtype)) for n in names]
 
+    def step_labels(self) -> list[str]:
+        """One line per step for reports: the kernel's label, else the step kind."""
+        return [s.get("label") or s["kind"] for s in self.steps]
+
     def save(self, directory: str) -> None:
         os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
         meta = {

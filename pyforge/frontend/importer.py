@@ -90,6 +90,37 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
+def _schema_defaults(op: str, opset: int) -> dict[str, Any]:
+    """The attribute defaults of ``op`` at ``opset``, from ONNX's schemas: the one source of them.
+
+    An attribute that a later version added comes with the default that keeps the older meaning
+    (TopK-1 always took the largest, ``largest=1`` since TopK-11), so the newest schema's
+    defaults fill what the model's own version does not define."""
+    key = (op, opset)
+    if key not in _DEFAULTS:
+        found: dict[str, Any] = {}
+        for version in (onnx.defs.onnx_opset_version(), opset):
+            try:
+                schema = onnx.defs.get_schema(op, version, "")
+            except onnx.defs.SchemaError:
+                continue
+            found.update(
+                (name, _attr_value(a.default_value))
+                for name, a in schema.attributes.items()
+                if a.default_value.type != onnx.AttributeProto.UNDEFINED
+            )
+        _DEFAULTS[key] = found
+    return _DEFAULTS[key]
+
+
+_DEFAULTS: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def _fill_defaults(op: str, opset: int, attrs: dict[str, Any]) -> None:
+    for name, value in _schema_defaults(op, opset).items():
+        attrs.setdefault(name, value)
+
+
 def _constant_value(node: onnx.NodeProto, attrs: dict) -> np.ndarray:
     for key, cast in (
         ("value", None),
@@ -155,6 +186,7 @@ def import_onnx(
         if onode.domain not in ("", "ai.onnx"):
             raise UnsupportedOperatorError(onode.op_type, name, opset, f"domain {onode.domain!r}")
         attrs = {a.name: _attr_value(a) for a in onode.attribute}
+        _fill_defaults(onode.op_type, opset, attrs)
         for key in _DTYPE_ATTRS.get(onode.op_type, ()):
             if key in attrs:
                 attrs[key] = onnx_dtype(int(attrs[key]))

@@ -56,7 +56,7 @@ def _div(n: Node, a: list[str], t: str) -> str:
 
 def _gelu(n: Node, a: list[str], t: str) -> str:
     x = a[0]
-    if n.attr("approximate", "none") == "tanh":
+    if n.attrs["approximate"] == "tanh":
         c = lit(np.sqrt(2 / np.pi), t)
         return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + math.tanh({c} * ({x} + {lit(0.044715, t)} * {x} * {x} * {x})))"
     return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + math.erf({x} * {lit(0.7071067811865476, t)}))"
@@ -94,11 +94,11 @@ SCALAR: dict[str, Scalar] = {
     "Erf": lambda n, a, t: f"math.erf({a[0]})",
     "Gelu": _gelu,
     "LeakyRelu": lambda n, a, t: (
-        f"({a[0]} if {a[0]} >= {lit(0, t)} else {a[0]} * {lit(n.attr('alpha', 0.01), t)})"
+        f"({a[0]} if {a[0]} >= {lit(0, t)} else {a[0]} * {lit(n.attrs['alpha'], t)})"
     ),
     "HardSigmoid": lambda n, a, t: (
-        f"max({lit(0, t)}, min({lit(1, t)}, {a[0]} * {lit(n.attr('alpha', 0.2), t)}"
-        f" + {lit(n.attr('beta', 0.5), t)}))"
+        f"max({lit(0, t)}, min({lit(1, t)}, {a[0]} * {lit(n.attrs['alpha'], t)}"
+        f" + {lit(n.attrs['beta'], t)}))"
     ),
     "HardSwish": lambda n, a, t: (
         f"({a[0]} * max({lit(0, t)}, min({lit(1, t)}, {a[0]} / {lit(6, t)} + {lit(0.5, t)})))"
@@ -130,7 +130,7 @@ def _mean(n: Node, a: list[str], t: str) -> str:
 
 
 def _mod(n: Node, a: list[str], t: str) -> str:
-    if not n.attr("fmod", 0):
+    if not n.attrs["fmod"]:
         return f"({a[0]} % {a[1]})"  # Python's floored modulo, as ONNX's fmod=0
     if t.startswith(("i", "u")):
         return f"{t}({a[0]} - {a[1]} * {_int_div(a[0], a[1], t)})"
@@ -145,7 +145,7 @@ def _round(n: Node, a: list[str], t: str) -> str:
 
 
 def _isinf(n: Node, a: list[str], t: str) -> str:
-    pos, neg = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
+    pos, neg = n.attrs["detect_positive"], n.attrs["detect_negative"]
     return (
         f"(math.isinf({a[0]}) and (({a[0]} > 0 and {bool(pos)}) or ({a[0]} < 0 and {bool(neg)})))"
     )
@@ -161,7 +161,7 @@ def _elu_like(scale: float, alpha: float):
 
 
 def _shrink(n: Node, a: list[str], t: str) -> str:
-    x, lam, bias = a[0], lit(n.attr("lambd", 0.5), t), lit(n.attr("bias", 0.0), t)
+    x, lam, bias = a[0], lit(n.attrs["lambd"], t), lit(n.attrs["bias"], t)
     return f"({x} + {bias} if {x} < -{lam} else ({x} - {bias} if {x} > {lam} else {lit(0, t)}))"
 
 
@@ -192,21 +192,19 @@ SCALAR.update(
         "IsInf": _isinf,
         "Softplus": lambda n, a, t: _softplus(a[0], t),
         "Softsign": lambda n, a, t: f"({a[0]} / ({lit(1, t)} + abs({a[0]})))",
-        "Elu": lambda n, a, t: _elu_like(1.0, n.attr("alpha", 1.0))(n, a, t),
-        "Selu": lambda n, a, t: _elu_like(
-            n.attr("gamma", 1.0507009873554805), n.attr("alpha", 1.6732632423543772)
-        )(n, a, t),
+        "Elu": lambda n, a, t: _elu_like(1.0, n.attrs["alpha"])(n, a, t),
+        "Selu": lambda n, a, t: _elu_like(n.attrs["gamma"], n.attrs["alpha"])(n, a, t),
         "Celu": lambda n, a, t: (
-            f"(max({a[0]}, {lit(0, t)}) + min({lit(0, t)}, {lit(n.attr('alpha', 1.0), t)}"
-            f" * math.expm1({a[0]} / {lit(n.attr('alpha', 1.0), t)})))"
+            f"(max({a[0]}, {lit(0, t)}) + min({lit(0, t)}, {lit(n.attrs['alpha'], t)}"
+            f" * math.expm1({a[0]} / {lit(n.attrs['alpha'], t)})))"
         ),
         "Mish": lambda n, a, t: f"({a[0]} * math.tanh({_softplus(a[0], t)}))",
         "ThresholdedRelu": lambda n, a, t: (
-            f"({a[0]} if {a[0]} > {lit(n.attr('alpha', 1.0), t)} else {lit(0, t)})"
+            f"({a[0]} if {a[0]} > {lit(n.attrs['alpha'], t)} else {lit(0, t)})"
         ),
         "Shrink": _shrink,
         "Swish": lambda n, a, t: (
-            f"({a[0]} / ({lit(1, t)} + math.exp(-{lit(n.attr('alpha', 1.0), t)} * {a[0]})))"
+            f"({a[0]} / ({lit(1, t)} + math.exp(-{lit(n.attrs['alpha'], t)} * {a[0]})))"
         ),
         "Max": _fold("max"),
         "Min": _fold("min"),

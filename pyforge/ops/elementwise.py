@@ -15,7 +15,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(n: Node, x: np.ndarray) -> np.ndarray:
-    if n.attr("approximate", "none") == "tanh":
+    if n.attrs["approximate"] == "tanh":
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
     return 0.5 * x * (1 + _erf(x / np.sqrt(2)))
 
@@ -36,8 +36,8 @@ UNARY = {
     "Identity": lambda n, x: x,
     "Erf": lambda n, x: _erf(x),
     "Gelu": _gelu,
-    "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * n.attr("alpha", 0.01)),
-    "HardSigmoid": lambda n, x: np.clip(x * n.attr("alpha", 0.2) + n.attr("beta", 0.5), 0, 1),
+    "LeakyRelu": lambda n, x: np.where(x >= 0, x, x * n.attrs["alpha"]),
+    "HardSigmoid": lambda n, x: np.clip(x * n.attrs["alpha"] + n.attrs["beta"], 0, 1),
     "HardSwish": lambda n, x: x * np.clip(x / 6 + 0.5, 0, 1),
     "Sin": lambda n, x: np.sin(x),
     "Cos": lambda n, x: np.cos(x),
@@ -56,27 +56,24 @@ UNARY = {
     "BitwiseNot": lambda n, x: np.invert(x),
     "IsNaN": lambda n, x: np.isnan(x),
     "IsInf": lambda n, x: (
-        (np.isposinf(x) & bool(n.attr("detect_positive", 1)))
-        | (np.isneginf(x) & bool(n.attr("detect_negative", 1)))
+        (np.isposinf(x) & bool(n.attrs["detect_positive"]))
+        | (np.isneginf(x) & bool(n.attrs["detect_negative"]))
     ),
     "Softplus": lambda n, x: np.logaddexp(0, x),
     "Softsign": lambda n, x: x / (1 + np.abs(x)),
-    "Elu": lambda n, x: np.where(x >= 0, x, n.attr("alpha", 1.0) * np.expm1(x)),
-    "Selu": lambda n, x: (
-        n.attr("gamma", 1.0507009873554805)
-        * np.where(x > 0, x, n.attr("alpha", 1.6732632423543772) * np.expm1(x))
-    ),
+    "Elu": lambda n, x: np.where(x >= 0, x, n.attrs["alpha"] * np.expm1(x)),
+    "Selu": lambda n, x: n.attrs["gamma"] * np.where(x > 0, x, n.attrs["alpha"] * np.expm1(x)),
     "Celu": lambda n, x: (
-        np.maximum(x, 0) + np.minimum(0, n.attr("alpha", 1.0) * np.expm1(x / n.attr("alpha", 1.0)))
+        np.maximum(x, 0) + np.minimum(0, n.attrs["alpha"] * np.expm1(x / n.attrs["alpha"]))
     ),
     "Mish": lambda n, x: x * np.tanh(np.logaddexp(0, x)),
-    "ThresholdedRelu": lambda n, x: np.where(x > n.attr("alpha", 1.0), x, 0),
+    "ThresholdedRelu": lambda n, x: np.where(x > n.attrs["alpha"], x, 0),
     "Shrink": lambda n, x: np.where(
-        x < -n.attr("lambd", 0.5),
-        x + n.attr("bias", 0.0),
-        np.where(x > n.attr("lambd", 0.5), x - n.attr("bias", 0.0), 0),
+        x < -n.attrs["lambd"],
+        x + n.attrs["bias"],
+        np.where(x > n.attrs["lambd"], x - n.attrs["bias"], 0),
     ),
-    "Swish": lambda n, x: x / (1 + np.exp(-n.attr("alpha", 1.0) * x)),
+    "Swish": lambda n, x: x / (1 + np.exp(-n.attrs["alpha"] * x)),
     "Clip": lambda n, x: np.clip(
         x,
         n.attr("min") if n.attr("min") is not None else -np.inf,
@@ -150,7 +147,7 @@ def _out_dtype(op: str, dtypes: list[np.dtype]) -> np.dtype:
 def _binary(op: str, fn):
     def evaluate(node: Node, xs):
         xs = [x for x in xs if x is not None]
-        if op == "Mod" and node.attr("fmod", 0):
+        if op == "Mod" and node.attrs["fmod"]:
             out = np.fmod(xs[0], xs[1])
         elif op == "BitShift" and node.attr("direction") == "RIGHT":
             out = np.right_shift(xs[0], xs[1])
@@ -178,14 +175,14 @@ def _binary_normalize(node: Node) -> None:
 
     if node.attrs.get("broadcast") and node.attrs.get("axis") is not None:
         fail(node, "legacy broadcast with an axis attribute (opset < 7)")
-    if node.opset < 7 and node.attrs.get("broadcast") is None:
+    if node.opset < 7 and not node.attrs.get("broadcast"):
         shapes = {v.shape for v in node.inputs if v is not None}
         if len(shapes) > 1 and node.op not in VARIADIC:
             fail(node, "opset < 7 without broadcast=1 needs equal shapes")
     node.attrs.pop("broadcast", None)
     node.attrs.pop("consumed_inputs", None)
     node.inputs = [v for v in node.inputs if v is not None]
-    if node.op == "Mod" and not node.attr("fmod", 0) and node.inputs[0].dtype.kind == "f":
+    if node.op == "Mod" and not node.attrs["fmod"] and node.inputs[0].dtype.kind == "f":
         fail(node, "fmod=0 on floats is invalid ONNX")
     if node.op == "PRelu" and node.inputs[0].shape != broadcast_shapes(
         node, node.inputs[0].shape, node.inputs[1].shape

@@ -10,7 +10,7 @@ from .registry import bad_attr, check_const_indices, register
 
 def _gathernd_normalize(node: Node) -> None:
     data, ind = node.inputs
-    b = int(node.attr("batch_dims", 0))
+    b = int(node.attrs["batch_dims"])
     r = ind.shape[-1] if ind.shape else 0
     if not ind.shape or b + r > len(data.shape) or tuple(ind.shape[:b]) != tuple(data.shape[:b]):
         bad_attr(node, f"indices {ind.shape} do not fit data {data.shape} with batch_dims={b}")

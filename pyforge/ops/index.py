@@ -31,7 +31,7 @@ register(
 def _eyelike_eval(node: Node, xs):
     x = xs[0]
     dtype = node.attr("dtype") if node.attr("dtype") is not None else x.dtype
-    return [np.eye(x.shape[0], x.shape[1], k=int(node.attr("k", 0)), dtype=dtype)]
+    return [np.eye(x.shape[0], x.shape[1], k=int(node.attrs["k"]), dtype=dtype)]
 
 
 register("EyeLike", _eyelike_eval, shape_only=True, kind="opaque")
@@ -99,7 +99,7 @@ def _pad_normalize(node: Node) -> None:
     full = [0] * (2 * rank)
     for i, a in enumerate(axes):
         full[a], full[a + rank] = pads[i], pads[i + len(axes)]
-    mode = node.attr("mode", "constant")
+    mode = node.attrs["mode"]
     if mode not in ("constant", "reflect", "edge", "wrap"):
         bad_attr(node, f"mode {mode!r}")
     if any(p < 0 for p in full):
@@ -159,7 +159,7 @@ register(
 
 def _split_normalize(node: Node) -> None:
     x = node.inputs[0]
-    axis = norm_axis(node, int(node.attr("axis", 0)), len(x.shape))
+    axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
     split = node.attr("split")
     if node.opset >= 13:
         arr = const_input(node, 1, "split", required=False)
@@ -229,7 +229,7 @@ def _d2s_eval(node: Node, xs):
 def _d2s_normalize(node: Node) -> None:
     if len(node.inputs[0].shape) != 4:
         fail(node, "input rank other than 4")
-    mode = node.attr("mode", "DCR")
+    mode = node.attrs["mode"]
     if mode not in ("DCR", "CRD"):
         bad_attr(node, f"mode {mode!r}")
     node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": mode}
@@ -243,7 +243,7 @@ register("SpaceToDepth", _d2s_eval, None, _d2s_normalize, kind="injective", epil
 
 def _trilu_normalize(node: Node) -> None:
     k = const_input(node, 1, "k", required=False)
-    node.attrs = {"k": 0 if k is None else int(np.ravel(k)[0]), "upper": int(node.attr("upper", 1))}
+    node.attrs = {"k": 0 if k is None else int(np.ravel(k)[0]), "upper": int(node.attrs["upper"])}
     node.inputs = node.inputs[:1]
 
 
@@ -268,7 +268,7 @@ def _onehot_normalize(node: Node) -> None:
     values = const_input(node, 2, "values")
     rank = len(node.inputs[0].shape) + 1
     node.attrs = {
-        "axis": norm_axis(node, int(node.attr("axis", -1)), rank),
+        "axis": norm_axis(node, int(node.attrs["axis"]), rank),
         "depth": depth,
         "off": values[0].item(),
         "on": values[1].item(),
@@ -308,8 +308,8 @@ def _cumsum_normalize(node: Node) -> None:
     axis = int(np.ravel(const_input(node, 1, "axis"))[0])
     node.attrs = {
         "axis": norm_axis(node, axis, len(node.inputs[0].shape)),
-        "exclusive": int(node.attr("exclusive", 0)),
-        "reverse": int(node.attr("reverse", 0)),
+        "exclusive": int(node.attrs["exclusive"]),
+        "reverse": int(node.attrs["reverse"]),
     }
     node.inputs = node.inputs[:1]
 
@@ -338,11 +338,11 @@ register(
 def _topk_normalize(node: Node) -> None:
     x = node.inputs[0]
     k = int(np.ravel(const_input(node, 1, "k"))[0]) if node.opset >= 10 else int(node.attr("k"))
-    axis = norm_axis(node, int(node.attr("axis", -1)), len(x.shape))
+    axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
     if not 0 <= k <= x.shape[axis]:
         bad_attr(node, f"k={k} out of range for axis {axis} of {x.shape}")
-    node.attrs = {"k": k, "axis": axis, "largest": int(node.attr("largest", 1))}
-    node.attrs["sorted"] = int(node.attr("sorted", 1))
+    node.attrs = {"k": k, "axis": axis, "largest": int(node.attrs["largest"])}
+    node.attrs["sorted"] = int(node.attrs["sorted"])
     node.inputs = node.inputs[:1]
 
 
@@ -385,7 +385,7 @@ def _hardmax_normalize(node: Node) -> None:
     rank = len(node.inputs[0].shape)
     if node.opset < 13:
         fail(node, "opset < 13 (2-d coercion)")
-    node.attrs = {"axis": norm_axis(node, int(node.attr("axis", -1)), rank)}
+    node.attrs = {"axis": norm_axis(node, int(node.attrs["axis"]), rank)}
 
 
 def _hardmax_eval(node: Node, xs):
@@ -410,7 +410,9 @@ register(
 
 def _dropout_normalize(node: Node) -> None:
     training = const_input(node, 2, "training_mode", required=False)
-    if (training is not None and bool(np.ravel(training)[0])) or node.attr("is_test", 1) == 0:
+    # before opset 7 an is_test=0 flag asked for training; inference is the identity either way,
+    # as ORT runs it
+    if training is not None and bool(np.ravel(training)[0]):
         fail(node, "training_mode=1 (random masks)")
     node.inputs = node.inputs[:1]
     node.attrs = {}

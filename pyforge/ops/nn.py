@@ -40,7 +40,7 @@ def window_out_shape(node: Node, spatial: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     for i in range(nd):
         span = spatial[i] + p[i] + p[i + nd] - ((k[i] - 1) * d[i] + 1)
-        if node.attr("ceil_mode", 0):
+        if node.attrs.get("ceil_mode"):  # pools only: a Conv has no ceil mode
             o = -(-span // s[i]) + 1
             if (o - 1) * s[i] >= spatial[i] + p[i]:  # the last window must start inside
                 o -= 1
@@ -81,7 +81,7 @@ def _conv_normalize(node: Node) -> None:
         bad_attr(node, f"input rank {len(x.shape)} < 3")
     kernel = tuple(node.attr("kernel_shape") or w.shape[2:])
     _window_attrs(node, x.shape[2:], kernel)
-    node.attrs["group"] = int(node.attr("group", 1))
+    node.attrs["group"] = int(node.attrs["group"])
     if x.shape[1] != w.shape[1] * node.attrs["group"]:
         raise ShapeError(node.op, node.name, f"input channels {x.shape[1]} != {w.shape[1]} x group")
 
@@ -129,11 +129,12 @@ def _pool_normalize(node: Node) -> None:
         fail(node, f"{len(x.shape) - 2}-d pooling")
     if len(node.outputs) > 1:
         fail(node, "the Indices output of MaxPool")
-    if node.attr("storage_order", 0):
+    # shared by MaxPool, AveragePool and LpPool: an attribute the op lacks means "off"
+    if node.attrs.get("storage_order"):
         fail(node, "storage_order=1")
     _window_attrs(node, x.shape[2:], tuple(node.attr("kernel_shape")))
-    node.attrs["ceil_mode"] = int(node.attr("ceil_mode", 0))
-    node.attrs["count_include_pad"] = int(node.attr("count_include_pad", 0))
+    node.attrs["ceil_mode"] = int(node.attrs.get("ceil_mode", 0))
+    node.attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
 
 
 def _pool_infer(node: Node):
@@ -214,11 +215,11 @@ register(
 
 
 def _bn_normalize(node: Node) -> None:
-    if node.attr("training_mode", 0):
+    if node.attrs["training_mode"]:
         fail(node, "training_mode=1")
     if any(o is not None and o.name for o in node.outputs[1:]):
         node.outputs = node.outputs[:1]  # running stats outputs are only meaningful in training
-    node.attrs["epsilon"] = float(node.attr("epsilon", 1e-5))
+    node.attrs["epsilon"] = float(node.attrs["epsilon"])
     node.attrs.pop("momentum", None)
     node.attrs.pop("spatial", None)
 
@@ -237,10 +238,10 @@ register("BatchNormalization", _bn_eval, same_as_input(), _bn_normalize, kind="o
 
 def _gemm_normalize(node: Node) -> None:
     node.attrs = {
-        "alpha": float(node.attr("alpha", 1.0)),
-        "beta": float(node.attr("beta", 1.0)),
-        "transA": int(node.attr("transA", 0)),
-        "transB": int(node.attr("transB", 0)),
+        "alpha": float(node.attrs["alpha"]),
+        "beta": float(node.attrs["beta"]),
+        "transA": int(node.attrs["transA"]),
+        "transB": int(node.attrs["transB"]),
     }
 
 
@@ -310,8 +311,7 @@ register(
 
 def _softmax_normalize(node: Node) -> None:
     rank = len(node.inputs[0].shape)
-    default = -1 if node.opset >= 13 else 1
-    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", default)), rank)
+    node.attrs["axis"] = norm_axis(node, int(node.attrs["axis"]), rank)
     # before opset 13 the input is coerced to 2-d at `axis`: reduce over all trailing dims
     node.attrs["flatten"] = int(node.opset < 13)
 
@@ -339,7 +339,7 @@ register("LogSoftmax", _softmax_eval, same_as_input(), _softmax_normalize, kind=
 
 def _lppool_normalize(node: Node) -> None:
     _pool_normalize(node)
-    node.attrs["p"] = int(node.attr("p", 2))
+    node.attrs["p"] = int(node.attrs["p"])
 
 
 def _lppool_eval(node: Node, xs):
@@ -357,12 +357,12 @@ def _convt_normalize(node: Node) -> None:
     nd = len(x.shape) - 2
     if nd not in (1, 2):
         fail(node, f"{nd}-d transposed convolution")
-    g = int(node.attr("group", 1))
+    g = int(node.attrs["group"])
     kernel = list(node.attr("kernel_shape") or w.shape[2:])
     strides = list(node.attr("strides") or [1] * nd)
     dil = list(node.attr("dilations") or [1] * nd)
     out_pad = list(node.attr("output_padding") or [0] * nd)
-    auto_pad = node.attr("auto_pad", "NOTSET")
+    auto_pad = node.attrs["auto_pad"]
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     pads = node.attr("pads")
     out_shape = node.attr("output_shape")

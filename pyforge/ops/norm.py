@@ -12,8 +12,8 @@ from .registry import bad_attr, fail, norm_axis, register, same_as_input
 def _norm_normalize(node: Node) -> None:
     x = node.inputs[0]
     node.attrs = {
-        "axis": norm_axis(node, int(node.attr("axis", -1)), len(x.shape)),
-        "epsilon": float(node.attr("epsilon", 1e-5)),
+        "axis": norm_axis(node, int(node.attrs["axis"]), len(x.shape)),
+        "epsilon": float(node.attrs["epsilon"]),
     }
 
 
@@ -72,11 +72,11 @@ def _group_normalize(node: Node) -> None:
         bad_attr(node, f"{c} channels do not split into {groups} groups")
     # opset 18 GroupNormalization scales per group; from opset 21 (and Instance-) per channel
     per_group = node.op == "GroupNormalization" and node.opset < 21
-    if node.op == "GroupNormalization" and int(node.attr("stash_type", 1)) != 1:
+    if node.op == "GroupNormalization" and int(node.attrs["stash_type"]) != 1:
         fail(node, "stash_type other than float32")
     node.attrs = {
         "groups": groups,
-        "epsilon": float(node.attr("epsilon", 1e-5)),
+        "epsilon": float(node.attrs["epsilon"]),
         "per_group": int(per_group),
     }
 
@@ -115,9 +115,9 @@ def _lrn_normalize(node: Node) -> None:
         bad_attr(node, f"size={size}")
     node.attrs = {
         "size": size,
-        "alpha": float(node.attr("alpha", 1e-4)),
-        "beta": float(node.attr("beta", 0.75)),
-        "bias": float(node.attr("bias", 1.0)),
+        "alpha": float(node.attrs["alpha"]),
+        "beta": float(node.attrs["beta"]),
+        "bias": float(node.attrs["bias"]),
     }
 
 

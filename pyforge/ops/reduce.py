@@ -56,9 +56,9 @@ def _reduce_normalize(node: Node) -> None:
     else:
         axes = node.attr("axes")
     if axes is None or len(axes) == 0:
-        axes = [] if node.attr("noop_with_empty_axes", 0) else list(range(rank))
+        axes = [] if node.attrs["noop_with_empty_axes"] else list(range(rank))
     axes = sorted({norm_axis(node, int(a), rank) for a in axes})
-    node.attrs = {"axes": axes, "keepdims": int(node.attr("keepdims", 1))}
+    node.attrs = {"axes": axes, "keepdims": int(node.attrs["keepdims"])}
 
 
 def _out_shape(node: Node, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -94,9 +94,9 @@ for _op in REDUCE:
 def _arg_normalize(node: Node) -> None:
     rank = len(node.inputs[0].shape)
     node.attrs = {
-        "axes": [norm_axis(node, int(node.attr("axis", 0)), rank)],
-        "keepdims": int(node.attr("keepdims", 1)),
-        "select_last_index": int(node.attr("select_last_index", 0)),
+        "axes": [norm_axis(node, int(node.attrs["axis"]), rank)],
+        "keepdims": int(node.attrs["keepdims"]),
+        "select_last_index": int(node.attrs["select_last_index"]),
     }
 
 

@@ -138,7 +138,7 @@ def norm_axis(node: Node, axis: int, rank: int) -> int:
 
 def normalize_axis_attr(node: Node) -> None:
     """The ``axis`` attribute (default 0) made non-negative against the first input's rank."""
-    node.attrs["axis"] = norm_axis(node, int(node.attr("axis", 0)), len(node.inputs[0].shape))
+    node.attrs["axis"] = norm_axis(node, int(node.attrs["axis"]), len(node.inputs[0].shape))
 
 
 def check_const_indices(node: Node, index: int, dims) -> None:

@@ -184,7 +184,7 @@ register(
 
 def _shape_eval(node: Node, xs):
     shape = np.array(np.shape(xs[0]), np.int64)
-    start, end = node.attr("start", 0), node.attr("end")
+    start, end = node.attrs["start"], node.attr("end")
     return [shape[start:end]]
 
 

@@ -36,7 +36,10 @@ class Value:
 
 @dataclass(eq=False)
 class Node:
-    """One operation. ``attrs`` are already normalised by the frontend (plain Python values)."""
+    """One operation. ``attrs`` are already normalised by the frontend (plain Python values).
+
+    A ``Fused`` node (made by fusion) carries its ``group``; its inputs and outputs are the
+    group's values that cross the group's border."""
 
     op: str
     inputs: list[Value | None]
@@ -44,6 +47,7 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     name: str = ""
     opset: int = 0
+    group: FusedGroup | None = field(default=None, repr=False)
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attrs.get(key, default)
@@ -51,9 +55,27 @@ class Node:
     def __repr__(self) -> str:
         outs = ", ".join(map(repr, self.outputs))
         ins = ", ".join("None" if v is None else f"%{v.name}" for v in self.inputs)
-        attrs = {k: v for k, v in self.attrs.items() if k != "group"}
-        extra = f" {attrs}" if attrs else ""
-        return f"{outs} = {self.op}({ins}){extra}  # {self.name}"
+        extra = f" {self.attrs}" if self.attrs else ""
+        head = f"{outs} = {self.op}({ins}){extra}  # {self.name}"
+        if self.group is None:
+            return head
+        return "\n".join([head] + [f"    {line}" for line in self.group.lines()])
+
+
+@dataclass(eq=False)
+class FusedGroup:
+    """What fusion puts in one kernel: ``members`` in order, the ``anchor`` first when there is
+    one (a GEMM, conv, window, reduction or row op), then its elementwise epilogue."""
+
+    members: list[Node]
+    anchor: Node | None
+
+    @property
+    def epilogue(self) -> list[Node]:
+        return self.members[1:] if self.anchor is not None else self.members
+
+    def lines(self) -> list[str]:
+        return [("anchor " if m is self.anchor else "") + repr(m) for m in self.members]
 
 
 class Graph:
@@ -113,6 +135,8 @@ class Graph:
                     raise IRVerificationError(
                         f"node {node.name!r} ({node.op}) reads %{v.name} before it is defined"
                     )
+            if node.group is not None:
+                self._check_group(node)
             for out in node.outputs:
                 if id(out) in defined:
                     raise IRVerificationError(f"%{out.name} is defined twice (node {node.name!r})")
@@ -123,6 +147,27 @@ class Graph:
         for v in self.outputs:
             if v.const is None and id(v) not in defined:
                 raise IRVerificationError(f"graph output %{v.name} is never produced")
+
+    @staticmethod
+    def _check_group(node: Node) -> None:
+        """A group's members read only the group's inputs, constants and earlier members, and
+        every value the group exports is made by a member."""
+        group = node.group
+        if group.anchor is not None and group.anchor is not group.members[0]:
+            raise IRVerificationError(f"group {node.name!r}: its anchor is not its first member")
+        seen = {id(v) for v in node.inputs if v is not None}
+        for m in group.members:
+            for v in m.inputs:
+                if v is not None and v.const is None and id(v) not in seen:
+                    raise IRVerificationError(
+                        f"group {node.name!r}: member {m.name!r} ({m.op}) reads %{v.name}, "
+                        "which is neither a group input nor made by an earlier member"
+                    )
+            seen.update(id(o) for o in m.outputs)
+        made = {id(o) for m in group.members for o in m.outputs}
+        for out in node.outputs:
+            if id(out) not in made:
+                raise IRVerificationError(f"group {node.name!r} exports %{out.name}, never made")
 
     @staticmethod
     def _check_value(v: Value, names: set[str]) -> None:

@@ -1,13 +1,13 @@
 """Fusion: partition the graph into kernel groups (anchor + elementwise epilogue).
 
-A group is one ``Fused`` node whose attrs hold ``members`` (original nodes, in order) and
-``anchor`` (the first member when it is a GEMM/conv/window/reduction op, else None). Each group
+A group is one ``Fused`` node holding an ``ir.FusedGroup``: its members in order, the anchor first
+when the group starts with an op whose lowering takes an epilogue (``OpDef.epilogue``). Each group
 lowers to one kernel, or to one GEMM call plus at most one epilogue kernel.
 """
 
 from __future__ import annotations
 
-from ..ir import Graph, Node
+from ..ir import FusedGroup, Graph, Node
 from ..ops.registry import flag, kind_of
 from .passes import register_pass
 
@@ -37,7 +37,7 @@ def _group_node(members: list[Node], graph_outputs: set[int], users: dict[int, l
         if id(o) in graph_outputs or any(id(u) not in member_ids for u in users.get(id(o), []))
     ]
     anchor = None if is_elementwise(members[0]) else members[0]
-    node = Node("Fused", inputs, outputs, {"members": members, "anchor": anchor}, members[-1].name)
+    node = Node("Fused", inputs, outputs, name=members[-1].name, group=FusedGroup(members, anchor))
     for o in outputs:
         o.producer = node
     return node

@@ -53,7 +53,7 @@ def test_residual_block_nhwc_keeps_nchw_consumers():
     assert any(
         n.op == "ConvNHWC"
         for g in compiled.details["graph"].nodes
-        for n in g.attrs.get("members", [])
+        for n in (g.group.members if g.group else [])
     )
 
 

@@ -57,8 +57,8 @@ def test_fusion_groups_conv_epilogue():
     graph = PassManager(["bn_fold", "split_bias", "dce", "fuse"]).run(graph)
     (group,) = graph.nodes
     assert group.op == "Fused"
-    assert [m.op for m in group.attrs["members"]] == ["Conv", "Add", "Relu"]
-    assert group.attrs["anchor"].op == "Conv"
+    assert [m.op for m in group.group.members] == ["Conv", "Add", "Relu"]
+    assert group.group.anchor.op == "Conv"
 
 
 def test_dump_ir_writes_one_file_per_pass(tmp_path, monkeypatch):

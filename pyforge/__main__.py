@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     import pyforge
+    from pyforge.cli import stderr_progress
     from pyforge.models import MODELS, cached_model, random_inputs
 
     ap = argparse.ArgumentParser(prog="python -m pyforge", description=__doc__.splitlines()[0])
@@ -43,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model     {path} ({time.perf_counter() - t0:.1f} s to generate or find)")
     try:
         t0 = time.perf_counter()
-        model = pyforge.compile(path, target=args.target, fusion=not args.no_fusion)
+        model = pyforge.compile(
+            path, args.target, fusion=not args.no_fusion, progress=stderr_progress(path)
+        )
         feeds = random_inputs(path, seed=0)
         y = model.predict(feeds)
         first = time.perf_counter() - t0

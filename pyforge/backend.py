@@ -75,9 +75,14 @@ class PyforgeRep(BackendRep):
     """A prepared model: compiles for the input shapes of each distinct call signature."""
 
     def __init__(self, model: onnx.ModelProto, device: str = "CPU", **options: Any):
+        from .options import split_options
+
         self.model = model
         self.target = _target(device)
-        self.options = options
+        # checked here, once, not at the first run's compile
+        compile_opts, runtime = split_options(None, None, options)
+        self.options = compile_opts.resolve(self.target)
+        self.runtime_options = runtime.resolve(self.target)
         self.input_names = [i.name for i in _runtime_inputs(model)]
         self.output_names = [o.name for o in model.graph.output]
         self.baked = _shape_like_inputs(model)
@@ -93,7 +98,9 @@ class PyforgeRep(BackendRep):
         if key not in self._compiled:
             model = _with_shapes(self.model, {n: a.shape for n, a in feeds.items()})
             model = _bake(model, {n: a for n, a in feeds.items() if n in self.baked})
-            self._compiled[key] = pyforge_compile(model, target=self.target, **self.options)
+            self._compiled[key] = pyforge_compile(
+                model, self.target, self.options, runtime=self.runtime_options
+            )
         return self._compiled[key]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:

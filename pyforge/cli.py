@@ -1,12 +1,13 @@
 """The ``pyforge`` command line: compile, run, bench and explain ONNX models.
 
-    pyforge compile MODEL.onnx -o DIR [--target cpu|cuda] [--no-fusion]
+    pyforge compile MODEL.onnx -o DIR [--target cpu|cuda] [--no-fusion] [--precision P]
     pyforge run DIR|MODEL [--input x.npy | --random SEED] [-o out.npy]
     pyforge bench DIR|MODEL [--runs N]
     pyforge explain MODEL [--html OUT.html]
 
 MODEL is a path to an .onnx file or one of the built-in test models (mlp, ew, resnet50).
-Errors are one line on stderr with exit code 1; usage errors exit with 2.
+Compiling shows its stages on stderr (pyforge.compile's progress callback). Errors are one
+line on stderr with exit code 1 (a wrong or inapplicable option too); usage errors exit with 2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,23 @@ class CliError(Exception):
 
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+STAGES = ("import", "passes", "lowering", "plan", "bind")
+
+
+def stderr_progress(label: str) -> Callable[[str, int, int], None]:
+    """A ``pyforge.compile`` progress callback printing one line per stage on stderr."""
+    t0 = time.perf_counter()
+
+    def show(stage: str, done: int, total: int) -> None:
+        if done == 0:
+            what = f"{label} ({total} passes)" if stage == "passes" else label
+            k = STAGES.index(stage) + 1 if stage in STAGES else "?"
+            so_far = time.perf_counter() - t0
+            _progress(f"[{k}/{len(STAGES)}] {stage:<9} {what} ({so_far:.2f} s so far)")
+
+    return show
 
 
 def _resolve(spec: str) -> tuple[str, str]:
@@ -53,37 +72,37 @@ def _check_target(target: str | None) -> None:
         raise CliError("--target cuda needs a usable CUDA GPU and driver (none found); try cpu")
 
 
-def _compile(
-    path: str, target: str | None, fusion: bool, verbose: bool = True, precision: str = "fp32"
-) -> Any:
-    """pyforge.compile in its two phases, reporting each pass and the kernel build."""
-    from . import CompiledModel, default_target, plan_options
-    from .compiler import compile_to_plan
+# the CLI flag behind each compile option it sets, for errors about a saved plan
+FLAGS = {"fusion": "--no-fusion", "precision": "--precision"}
 
-    _check_target(target)
-    target = target or default_target()
+
+def _compile_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The compile options the flags set (only those given: the rest take the target's)."""
+    options: dict[str, Any] = {}
+    if args.no_fusion:
+        options["fusion"] = False
+    if args.precision is not None:
+        options["precision"] = args.precision
+    return options
+
+
+def _compile(path: str, args: argparse.Namespace, verbose: bool = True) -> Any:
+    """pyforge.compile with progress on stderr; then one run to JIT-compile every kernel."""
+    import pyforge
+
+    _check_target(args.target)
     t0 = time.perf_counter()
-    if verbose:
-        _progress(f"[1/3] import + optimise {path}")
-    options = {"precision": precision}
-    try:
-        plan_kwargs = plan_options(target, options)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    plan, details = compile_to_plan(path, fusion_on=fusion, **plan_kwargs)
+    progress = stderr_progress(path) if verbose else None
+    model = pyforge.compile(path, args.target, progress=progress, **_compile_options(args))
     if verbose:
         prev = None
-        for name, count in details["pass_ops"]:
+        for name, count in model.details["pass_ops"]:
             change = "" if prev is None or prev == count else f" ({count - prev:+d})"
             _progress(f"      {name:<14} {count:5d} ops{change}")
             prev = count
-        _progress(f"[2/3] bind the {target} runtime ({time.perf_counter() - t0:.2f} s so far)")
-    model = CompiledModel(plan, target, **options)
-    model.details = details
-    if verbose:
         # Numba compiles (or loads from its disk cache) each kernel at its first call.
         _progress(
-            f"[3/3] JIT-compile {len(plan.kernels)} distinct kernel(s) by running once "
+            f"      JIT-compile {len(model.plan.kernels)} distinct kernel(s) by running once "
             f"({time.perf_counter() - t0:.2f} s so far)"
         )
         model.predict(_random_feeds(model, 0))
@@ -91,25 +110,27 @@ def _compile(
     return model
 
 
-def _load(
-    spec: str, target: str | None, fusion: bool = True, verbose: bool = True, precision="fp32"
-) -> Any:
-    kind, path = _resolve(spec)
-    _check_target(target)
-    if kind == "plan":
-        import pyforge
+def _load(spec: str, args: argparse.Namespace) -> Any:
+    """(model, ONNX path or None): a saved plan is loaded, an ONNX model compiled."""
+    import pyforge
+    from pyforge.errors import OptionError
 
-        return pyforge.load(path, target=target, precision=precision), None
-    return _compile(path, target, fusion, verbose, precision), path
+    kind, path = _resolve(spec)
+    if kind == "onnx":
+        return _compile(path, args), path
+    _check_target(args.target)
+    try:
+        return pyforge.load(path, target=args.target, **_compile_options(args)), None
+    except OptionError as e:
+        if e.option not in FLAGS:
+            raise
+        raise CliError(f"{FLAGS[e.option]} does not apply to a saved plan (DIR): {e}") from None
 
 
 def _random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
     """Seeded standard-normal inputs, in the same order and dtype as models.random_inputs."""
     rng = np.random.default_rng(seed)
-    return {
-        name: rng.standard_normal(shape).astype(dtype)
-        for name, shape, dtype in model.plan.signature(model.input_names)
-    }
+    return {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in model.inputs}
 
 
 def _summary_stats(model: Any) -> str:
@@ -128,7 +149,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     kind, path = _resolve(args.model)
     if kind == "plan":
         raise CliError(f"{args.model} is already a compiled plan; compile takes an .onnx model")
-    model = _compile(path, args.target, not args.no_fusion, precision=args.precision)
+    model = _compile(path, args)
     model.save(args.output)
     print(f"compiled  {_summary_stats(model)}")
     print(f"saved     {args.output}/plan.json, weights.bin, kernels/ ({len(model.plan.kernels)})")
@@ -136,7 +157,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    model, _ = _load(args.model, args.target, not args.no_fusion, precision=args.precision)
+    model, _ = _load(args.model, args)
     if args.input:
         try:
             x = np.load(args.input)
@@ -158,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"output    {name}: {v.dtype}{list(v.shape)} min {v.min():.4g} max {v.max():.4g} "
             f"mean {v.mean():.4g}; first {np.array2string(v.ravel()[:4], precision=4)}"
         )
-    warmed = "after one warm-up run" if hasattr(model, "details") else "first call: loads kernels"
+    warmed = "after one warm-up run" if model.details else "first call: loads kernels"
     print(f"time      {dt * 1e3:.2f} ms ({warmed})")
     if args.output:
         if len(outs) == 1:
@@ -190,7 +211,7 @@ def _latency(times: np.ndarray) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise CliError("--runs must be at least 1")
-    model, onnx_path = _load(args.model, args.target, not args.no_fusion, precision=args.precision)
+    model, onnx_path = _load(args.model, args)
     feeds = _random_feeds(model, 0)
     t = _time(lambda: model.predict(feeds), args.runs, args.warmup)
     s = model.stats
@@ -220,7 +241,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     kind, path = _resolve(args.model)
     if kind == "plan":
         raise CliError("explain needs the ONNX model (a saved plan keeps no pass details)")
-    model = _compile(path, args.target, not args.no_fusion, False, args.precision)
+    model = _compile(path, args, verbose=False)
     print(explain.report(model))
     if args.html:
         explain.write_html(model, args.html, title=f"pyforge explain: {args.model}")
@@ -251,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--precision",
             choices=["fp32", "tf32", "fp16"],
-            default="fp32",
-            help="cuda only beside fp32 (default fp32)",
+            default=None,
+            help="tf32 and fp16: cuda only (default fp32; a saved plan keeps its own)",
         )
 
     p = sub.add_parser("compile", help="compile an ONNX model and save the plan to a directory")

@@ -52,3 +52,12 @@ class IndexRangeError(PyforgeError, IndexError):
 
 class IRVerificationError(PyforgeError):
     """Graph.verify() found a broken invariant (SSA, order, shapes): a compiler bug."""
+
+
+class OptionError(PyforgeError, ValueError):
+    """A compile or load option with an unknown name or a wrong value, or one that the target
+    (or a saved plan) does not take; raised before any work starts."""
+
+    def __init__(self, option: str, detail: str):
+        self.option = option
+        super().__init__(detail)

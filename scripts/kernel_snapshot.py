@@ -49,16 +49,17 @@ def main(out: str) -> None:
     summary = {}
     for name, model in models.items():
         for target in ("cpu", "cuda"):
-            opts = pyforge.plan_options(target, {})
-            plan, _ = compile_to_plan(model, **opts)
+            plan, _ = compile_to_plan(model, pyforge.CompileOptions().resolve(target))
             d = os.path.join(out, f"{name}.{target}")
             os.makedirs(d, exist_ok=True)
             for key, sources in sorted(plan.kernels.items()):
+                if target not in sources:  # a GEMM's cuda-only fallback kernel, on cpu
+                    continue
                 src = sources[target]
                 h = hashlib.sha1(src.encode()).hexdigest()[:12]
                 with open(os.path.join(d, f"{h}.py"), "w") as f:
                     f.write(src)
-            labels = [s.label if hasattr(s, "label") else s.get("label", "") for s in plan.steps]
+            labels = [s.label for s in plan.steps]
             launches = plan.stats["kernels"] + plan.stats["gemms"]
             summary[f"{name}.{target}"] = {
                 "steps": len(plan.steps),

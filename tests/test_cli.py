@@ -98,3 +98,37 @@ def test_usage_errors_exit_2(capsys):
         main(["frobnicate"])
     assert e.value.code == 2
     capsys.readouterr()
+
+
+def test_compile_shows_each_stage_on_stderr(tmp_path, capsys):
+    assert main(["compile", "mlp", "-o", str(tmp_path / "p"), "--target", "cpu"]) == 0
+    err = capsys.readouterr().err
+    for k, stage in enumerate(["import", "passes", "lowering", "plan", "bind"], start=1):
+        assert f"[{k}/5] {stage}" in err, err
+    assert "JIT-compile" in err
+
+
+def test_an_option_the_cpu_does_not_take_is_a_one_line_error(tmp_path, capsys):
+    args = ["compile", "mlp", "-o", str(tmp_path / "p"), "--target", "cpu", "--precision", "tf32"]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("pyforge compile: error: precision='tf32' applies to the cuda target")
+    assert "internal error" not in err
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--no-fusion"], "--no-fusion does not apply to a saved plan"),
+        (["--precision", "fp32"], "--precision does not apply to a saved plan"),
+    ],
+)
+def test_compile_flags_on_a_saved_plan_are_refused(tmp_path, capsys, flags, says):
+    plan = tmp_path / "mlp.plan"
+    assert main(["compile", "mlp", "-o", str(plan), "--target", "cpu"]) == 0
+    capsys.readouterr()
+    for command in (["run", str(plan)], ["bench", str(plan), "--runs", "1"]):
+        assert main([*command, "--target", "cpu", *flags]) == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert says in err and "compiled with" in err, err

@@ -23,9 +23,15 @@ def register_pass(name: str) -> Callable[[Pass], Pass]:
 class PassManager:
     """Runs passes in order; ``verify`` checks the IR after each, PYFORGE_DUMP_IR dumps it."""
 
-    def __init__(self, names: list[str], verify: bool = True):
+    def __init__(
+        self,
+        names: list[str],
+        verify: bool = True,
+        on_pass: Callable[[str, int, int], None] | None = None,
+    ):
         self.names = names
         self.verify = verify
+        self.on_pass = on_pass  # (pass name, passes done, passes in all), after each pass
         self.timings: dict[str, float] = {}
         self.op_counts: list[tuple[str, int]] = []
 
@@ -38,12 +44,15 @@ class PassManager:
         for i, name in enumerate(self.names, start=1):
             t0 = time.perf_counter()
             graph = PASSES[name](graph)
-            self.timings[name] = time.perf_counter() - t0
+            # a pass listed twice (const_fold) reports its total
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
             if self.verify:
                 graph.verify()
             self.op_counts.append((name, len(graph.nodes)))
             if dump_dir:
                 _dump(dump_dir, i, name, graph)
+            if self.on_pass is not None:
+                self.on_pass(name, i, len(self.names))
         return graph
 
 

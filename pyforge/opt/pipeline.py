@@ -1,0 +1,29 @@
+"""The pass pipeline, listed once: which passes run, in which order, for a set of options.
+
+Takes plain values (not the face's CompileOptions), so opt stays below the face.
+"""
+
+from __future__ import annotations
+
+from . import canonicalize, simplify  # noqa: F401  (register passes)
+from . import fusion as _fusion  # noqa: F401
+from . import layout as _layout  # noqa: F401
+from . import precision as _precision  # noqa: F401
+
+# folding before and after bn_fold/split_bias: both leave constant subexpressions behind
+CLEANUP = ["const_fold", "drop_identity", "bn_fold", "split_bias", "const_fold", "dce"]
+
+
+def pass_names(layout: str = "nchw", precision: str = "fp32", fusion: bool = True) -> list[str]:
+    """The passes compile() runs, in order, for these option values.
+
+    >>> pass_names(layout="nhwc", fusion=False)[-3:]
+    ['nhwc_layout', 'dce', 'no_fuse']
+    """
+    names = list(CLEANUP)
+    if layout == "nhwc":
+        names += ["nhwc_layout", "dce"]  # the layout pass leaves dead transposes of constants
+    if precision == "fp16":
+        names.append("fp16")
+    names.append("fuse" if fusion else "no_fuse")
+    return names

@@ -1,0 +1,272 @@
+"""The options of ``pyforge.compile`` and ``pyforge.load``: typed, documented, checked up front.
+
+A field left ``None`` takes its target's default when the options are resolved for a target;
+every name and value is checked before the model is read, and an option its target does not
+take is refused (``OptionError``), never ignored.
+
+>>> opts = pyforge.CompileOptions(precision="tf32").resolve("cuda")
+>>> opts.layout, opts.specialize
+('nhwc', True)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .errors import OptionError
+
+TARGETS = ("cpu", "cuda")
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: called as each compile stage starts (done=0) and ends
+(done=total); "passes" also after each pass. Stages: import, passes, lowering, plan, bind."""
+
+# the values each option takes: a tuple of choices, bool, or a (pattern, example) pair
+_BOOL = (True, False)
+_TILE = re.compile(r"\d+x\d+x\d+/\d+x\d+(/s\d+)?")
+_VALUES: dict[str, Any] = {
+    "layout": ("nchw", "nhwc"),
+    "conv": ("im2col", "implicit"),
+    "conv_tile": (_TILE, "'64x32x16/4x4' or '64x32x16/4x4/s2' (BMxBNxBK/TMxTN[/sSPLIT])"),
+    "precision": ("fp32", "tf32", "fp16"),
+    "specialize": _BOOL,
+    "fusion": _BOOL,
+    "verify": _BOOL,
+    "fused_steps": _BOOL,
+    "own_gemm": _BOOL,
+    "graph": _BOOL,
+    "library_epilogues": _BOOL,
+}
+# the one target an option applies to, or the one target a value of it needs
+_ONLY_ON = {"fused_steps": "cpu", "own_gemm": "cpu", "graph": "cuda", "library_epilogues": "cuda"}
+_VALUE_ONLY_ON = {("precision", "tf32"): "cuda", ("precision", "fp16"): "cuda"}
+
+
+def _allowed(name: str) -> str:
+    spec = _VALUES[name]
+    if spec is _BOOL:
+        return "True or False"
+    if isinstance(spec[0], re.Pattern):
+        return spec[1]
+    return ", ".join(repr(v) for v in spec)
+
+
+def _check_value(name: str, value: Any) -> None:
+    spec = _VALUES[name]
+    if spec is _BOOL:
+        ok = isinstance(value, bool)
+    elif isinstance(spec[0], re.Pattern):
+        ok = isinstance(value, str) and spec[0].fullmatch(value) is not None
+    else:
+        ok = isinstance(value, str) and value in spec
+    if not ok:
+        close = []
+        if isinstance(value, str) and isinstance(spec[0], str):
+            close = difflib.get_close_matches(value.lower(), spec, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise OptionError(
+            name, f"{name}={value!r} is not allowed{hint}; {name} takes {_allowed(name)}"
+        )
+
+
+def _check_fields(obj: Any) -> None:
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if value is not None:
+            _check_value(f.name, value)
+
+
+def _check_target(target: str | None) -> None:
+    if target is not None and target not in TARGETS:
+        raise OptionError("target", f"target={target!r} is not allowed; use 'cpu' or 'cuda'")
+
+
+def _refuse_off_target(obj: Any, target: str) -> None:
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        need = _ONLY_ON.get(f.name) or _VALUE_ONLY_ON.get((f.name, value))
+        if need is not None and need != target:
+            raise OptionError(
+                f.name, f"{f.name}={value!r} applies to the {need} target only, not {target}"
+            )
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How ``pyforge.compile`` builds the plan (saved with it; ``load`` cannot change them).
+
+    layout      "nchw" | "nhwc" (cuda default "nhwc": cuBLASLt folds conv epilogues; cpu "nchw")
+    conv        "im2col" (default) | "implicit": one implicit-GEMM kernel per channels-last
+                conv (needs layout="nhwc")
+    conv_tile   "BMxBNxBK/TMxTN[/sSPLIT]", e.g. "64x32x16/4x4": the implicit-GEMM tile
+                (needs conv="implicit"; default: chosen per conv)
+    precision   "fp32" (default) | "tf32" | "fp16" (tf32 and fp16: cuda only)
+    specialize  bake shapes into kernel sources (cuda default True, cpu False: shape-generic
+                kernels compiled once and shared across models)
+    fusion      fuse ops into kernel groups (default True; False: one kernel per op)
+    verify      check the IR after every pass (default True)
+
+    >>> pyforge.compile("mlp.onnx", options=pyforge.CompileOptions(fusion=False))
+    """
+
+    layout: str | None = None
+    conv: str | None = None
+    conv_tile: str | None = None
+    precision: str | None = None
+    specialize: bool | None = None
+    fusion: bool | None = None
+    verify: bool | None = None
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+    def resolve(self, target: str | None) -> CompileOptions:
+        """Every field filled with ``target``'s default; an option the target does not take is
+        refused. ``target=None``: no target check, the target-independent defaults (nchw,
+        shape-generic kernels), as the pipeline alone needs.
+
+        >>> pyforge.CompileOptions().resolve("cpu").layout
+        'nchw'
+        """
+        _check_target(target)
+        if target is not None:
+            _refuse_off_target(self, target)
+        cuda = target == "cuda"
+        r = replace(
+            self,
+            layout=_default(self.layout, "nhwc" if cuda else "nchw"),
+            conv=_default(self.conv, "im2col"),
+            precision=_default(self.precision, "fp32"),
+            specialize=_default(self.specialize, cuda),
+            fusion=_default(self.fusion, True),
+            verify=_default(self.verify, True),
+        )
+        if r.conv == "implicit" and r.layout != "nhwc":
+            raise OptionError("conv", "conv='implicit' needs layout='nhwc' (it lowers NHWC convs)")
+        if r.conv_tile is not None and r.conv != "implicit":
+            raise OptionError(
+                "conv_tile", "conv_tile is the implicit-GEMM tile: needs conv='implicit'"
+            )
+        return r
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How a runtime executes a plan; given to ``compile`` or ``load``. Each applies to one target.
+
+    fused_steps        cpu: a GEMM step's prologue, GEMM and epilogue in one compiled call
+                       (default True; False: three calls, for debugging)
+    own_gemm           cpu: pyforge's own AVX2 float32 GEMM where the CPU has AVX2 + FMA
+                       (default True; False: OpenBLAS through numpy)
+    graph              cuda: replay the inference as one captured CUDA graph (default True;
+                       False: launch step by step, for debugging)
+    library_epilogues  cuda: let cuBLASLt apply bias/Relu epilogues (default True)
+
+    >>> pyforge.load("mlp.plan", target="cpu", runtime=pyforge.RuntimeOptions(own_gemm=False))
+    """
+
+    fused_steps: bool | None = None
+    own_gemm: bool | None = None
+    graph: bool | None = None
+    library_epilogues: bool | None = None
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+    def resolve(self, target: str) -> RuntimeOptions:
+        """The options of ``target`` with its defaults; one for another target is refused."""
+        _check_target(target)
+        _refuse_off_target(self, target)
+        on = [f.name for f in fields(self) if _ONLY_ON[f.name] == target]
+        return replace(self, **{n: _default(getattr(self, n), True) for n in on})
+
+    def runtime_kwargs(self, target: str) -> dict[str, bool]:
+        """The runtime constructor's keywords for ``target`` (the fields resolved for it)."""
+        r = self.resolve(target)
+        return {f.name: getattr(r, f.name) for f in fields(r) if _ONLY_ON[f.name] == target}
+
+
+def _default(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+COMPILE_FIELDS = tuple(f.name for f in fields(CompileOptions))
+RUNTIME_FIELDS = tuple(f.name for f in fields(RuntimeOptions))
+
+
+def unknown_option(name: str, known: tuple[str, ...], where: str) -> OptionError:
+    """The error for an option name nobody takes, with the closest known name if any."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    groups = [("compile options", COMPILE_FIELDS), ("runtime options", RUNTIME_FIELDS)]
+    takes = "; ".join(
+        f"{g}: {', '.join(n for n in ns if n in known)}"
+        for g, ns in groups
+        if any(n in known for n in ns)
+    )
+    return OptionError(name, f"unknown option {name!r}{hint}; {where} takes {takes}")
+
+
+def split_options(
+    options: CompileOptions | None,
+    runtime: RuntimeOptions | None,
+    kwargs: Mapping[str, Any],
+) -> tuple[CompileOptions, RuntimeOptions]:
+    """``compile``'s options object, runtime object and keyword fields as one pair of
+    options objects; a keyword that names a field the object already sets differently is
+    refused.
+
+    >>> split_options(None, None, {"fusion": False, "graph": False})[1].graph
+    False
+    """
+    options = _typed(options, CompileOptions, "options")
+    runtime = _typed(runtime, RuntimeOptions, "runtime")
+    known = COMPILE_FIELDS + RUNTIME_FIELDS
+    for name in kwargs:
+        if name not in known:
+            raise unknown_option(name, known, "compile()")
+    options = _merge(options, {k: v for k, v in kwargs.items() if k in COMPILE_FIELDS}, "options")
+    runtime = _merge(runtime, {k: v for k, v in kwargs.items() if k in RUNTIME_FIELDS}, "runtime")
+    return options, runtime
+
+
+def load_options(
+    runtime: RuntimeOptions | None, kwargs: Mapping[str, Any], plan_stats: Mapping[str, Any]
+) -> RuntimeOptions:
+    """``load``'s runtime options; a compile option is refused (the plan is already built)."""
+    runtime = _typed(runtime, RuntimeOptions, "runtime")
+    for name, value in kwargs.items():
+        if name in COMPILE_FIELDS:
+            was = f" (this plan was compiled with {name}={plan_stats[name]!r})"
+            raise OptionError(
+                name,
+                f"{name}={value!r} is a compile option: a saved plan is already compiled"
+                f"{was if name in plan_stats else ''}; compile the ONNX model again to change it",
+            )
+        if name not in RUNTIME_FIELDS:
+            raise unknown_option(name, RUNTIME_FIELDS, "load()")
+    return _merge(runtime, dict(kwargs), "runtime")
+
+
+def _typed(obj: Any, cls: type, name: str) -> Any:
+    if obj is None:
+        return cls()
+    if not isinstance(obj, cls):
+        raise OptionError(name, f"{name}= takes a pyforge.{cls.__name__}, not {type(obj).__name__}")
+    return obj
+
+
+def _merge(obj: Any, kwargs: dict[str, Any], name: str) -> Any:
+    for key, value in kwargs.items():
+        have = getattr(obj, key)
+        if have is not None and have != value:
+            raise OptionError(
+                key, f"{key} given twice: {name}.{key}={have!r} and {key}={value!r}; pick one"
+            )
+    return replace(obj, **kwargs)

@@ -1156,7 +1156,8 @@ def generate(seed: int, n_nodes: tuple[int, int] = (3, 25), only: list[str] | No
     g = Builder(rng, opset, nan=rng.random() < 0.08)
     ops = only or available(opset)
     weights = np.array([WEIGHT[o] for o in ops])
-    target = int(rng.integers(n_nodes[0], n_nodes[1] + 1))
+    # small graphs are more common: each new fused kernel costs a Numba JIT
+    target = n_nodes[0] + int((n_nodes[1] - n_nodes[0] + 1) * rng.random() ** 2)
     # a small op vocabulary per graph keeps the number of distinct kernels (Numba JITs) low
     vocab = list(rng.choice(ops, size=min(len(ops), 6), replace=False, p=weights / weights.sum()))
     drawn: list[str] = []

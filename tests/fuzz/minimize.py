@@ -190,9 +190,41 @@ def main(argv=None) -> int:
     print(describe(small))
     print(classify(small, feeds, res.variants[:1] or VARIANTS).detail)
     print(f"ops: {ops_of(small)}")
+    print(f"recipe: {recipe(case.model, small)}")
     if args.out:
         save_case(args.out, f"seed{args.seed}_min", small, feeds)
     return 0
+
+
+def recipe(original: onnx.ModelProto, small: onnx.ModelProto) -> dict:
+    """How ``small`` is cut from ``original``: its outputs, and the values fed in as inputs or
+    as initializers; ``rebuild`` makes it again from these few names."""
+    g = original.graph
+    have = {i.name for i in g.input} | {t.name for t in g.initializer}
+    return {
+        "outputs": [o.name for o in small.graph.output],
+        "inputs": [i.name for i in small.graph.input if i.name not in have],
+        "inits": [t.name for t in small.graph.initializer if t.name not in have],
+    }
+
+
+def rebuild(model: onnx.ModelProto, feeds: dict, cut: dict) -> tuple[onnx.ModelProto, dict]:
+    """The subgraph ``recipe`` describes, its cut values computed by ORT on the whole graph."""
+    types = _types(model)
+    values = _values(model, feeds, types) if cut["inputs"] or cut["inits"] else {}
+    small, small_feeds = subgraph(
+        model, cut["outputs"], types, {v: values[v] for v in cut["inputs"]}, feeds
+    )
+    if cut["inits"]:
+        small, small_feeds = subgraph(
+            small,
+            cut["outputs"],
+            _types(small),
+            {v: values[v] for v in cut["inits"]},
+            small_feeds,
+            as_init=True,
+        )
+    return small, small_feeds
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -114,9 +115,17 @@ def _where(exc: BaseException) -> str:
     return f"{os.path.basename(f.filename)}:{f.name}"
 
 
+def _telling(msg: str) -> str:
+    """The line of an exception message that says what went wrong (past Numba's preamble)."""
+    skip = ("Failed in", "File ", "<source", "During:", "def ", "^")
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    return ([ln for ln in lines if not ln.startswith(skip)] or lines or [""])[0]
+
+
 def _norm(msg: str) -> str:
-    msg = re.sub(r"'[^']*'", "'_'", msg.splitlines()[0] if msg else "")
-    return re.sub(r"\d+", "N", msg)[:120]
+    """The telling line, names, numbers and hashes blanked: a dedup key."""
+    line = re.sub(r"'[^']*'", "'_'", _telling(msg))
+    return re.sub(r"[0-9a-f]{6,}|\d+", "N", line)[:120]
 
 
 class BrokenInstall(Exception):
@@ -135,9 +144,10 @@ def classify_exception(exc: BaseException, variant: str) -> Result:
         op = getattr(exc, "op", "")
         cls = "refusal" if op else "refusal-unnamed"
         return Result(cls, op or kind, str(exc)[:300], (variant,), f"{cls}:{op or kind}")
-    msg = str(exc)
+    msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
     sig = f"crash:{kind}:{_where(exc)}"
-    return Result("crash", "", f"{kind}: {msg[:400]}", (variant,), sig, {"norm": _norm(msg)})
+    detail = f"{kind}: {_telling(msg) if kind == 'TypingError' else msg[:400]}"
+    return Result("crash", "", detail, (variant,), sig, {"norm": _norm(msg)})
 
 
 def classify(model: onnx.ModelProto, feeds: dict, variants: tuple[str, ...] = VARIANTS) -> Result:
@@ -287,6 +297,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-minimize", action="store_true")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill PID: stop, then report
     tally = fuzz(parse_seeds(args.seeds), args.out, not args.no_minimize, log=_log)
     print(tally.table())
     if args.out:

@@ -179,3 +179,17 @@ def test_the_onnx_backend_checks_options_at_prepare(mlp):
     x = np.random.default_rng(1).standard_normal((1, 256)).astype(np.float32)
     assert rep.run([x])[0].shape == (1, 10)
     assert not next(iter(rep._compiled.values())).stats["fusion"]
+
+
+def test_own_gemm_reaches_the_cpu_runtime_or_is_refused(mlp):
+    import inspect
+
+    from pyforge.exec.cpu import CpuRuntime
+
+    if "own_gemm" in inspect.signature(CpuRuntime.__init__).parameters:
+        x = np.random.default_rng(2).standard_normal((1, 256)).astype(np.float32)
+        blas = pyforge.compile(mlp, "cpu", own_gemm=False).predict(x)
+        np.testing.assert_allclose(blas, pyforge.compile(mlp, "cpu").predict(x), rtol=1e-5)
+    else:  # never silently ignored
+        with pytest.raises(OptionError, match="own_gemm"):
+            pyforge.compile(mlp, "cpu", own_gemm=False)

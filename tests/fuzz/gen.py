@@ -96,7 +96,7 @@ class Builder:
         else:
             arr = np.asarray(rng.random(size=shape) < 0.5)
         if arr.size and not arr.any() and dtype != B:
-            arr.flat[0] = 1
+            arr.flat[0] = hi if hi != 0 else lo
         return arr
 
     def leaf(self, shape, dtype: str, lo=-2.0, hi=2.0, nonzero=False, as_input=None) -> Val:
@@ -678,7 +678,7 @@ def gather(g: Builder, op: str) -> None:
 def gather_elements(g: Builder, op: str) -> None:
     v = g.pick(F)
     axis = int(g.rng.integers(-v.rank, v.rank))
-    shape = [int(g.rng.integers(1, d + 1)) for d in v.shape]
+    shape = list(v.shape)  # ORT allows smaller dims, the reference does not
     shape[axis] = int(g.rng.choice(DIMS))
     d = v.shape[axis]
     idx = g.leaf(tuple(shape), I, -d, d - 1, as_input=g.rng.random() < 0.4)
@@ -1042,7 +1042,10 @@ def conv(g: Builder, op: str) -> None:
     if g.rng.random() < 0.3:
         attrs["dilations"] = [int(g.rng.integers(1, 3)) for _ in range(nsp)]
     if g.rng.random() < 0.3:
+        # ORT refuses dilations with SAME padding
         attrs["auto_pad"] = str(g.rng.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+        if attrs["auto_pad"] != "VALID":
+            attrs.pop("dilations", None)
     elif g.rng.random() < 0.5:
         attrs["pads"] = [int(g.rng.integers(0, 2)) for _ in range(2 * nsp)]
     if op == "ConvTranspose" and g.rng.random() < 0.2 and "strides" in attrs:

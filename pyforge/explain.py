@@ -11,6 +11,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from .exec.steps import KernelStep, Step
+
 MiB = 2**20
 
 
@@ -34,9 +36,9 @@ def groups(model: Any) -> list[Group]:
     out: list[Group] = []
     by_member: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
-        members = node.attrs.get("members") if node.op == "Fused" else None
+        members = node.group.members if node.group is not None else None
         if members:
-            anchor = node.attrs.get("anchor")
+            anchor = node.group.anchor
             kind = anchor.op if anchor is not None else "elementwise"
             pairs = [(m.op, m.name) for m in members]
         else:
@@ -70,24 +72,28 @@ def _kernel_path(model: Any, key: str) -> str:
     return paths.get(key, "(source not loaded on this target)")
 
 
-def step_parts(step: dict) -> list[tuple[str, str, str]]:
+def step_parts(step: Step) -> list[tuple[str, str, str]]:
     """(what, kernel key or "", label) for each launch in a step: a kernel, or a GEMM with the
     kernels fused before and after it."""
-    if step["kind"] == "kernel":
-        return [("kernel", step["kernel"], step.get("label", ""))]
-    parts = [("gemm", "", step.get("label", ""))]
-    if step.get("prologue"):
-        parts.insert(0, ("prologue", step["prologue"]["kernel"], step["prologue"].get("label", "")))
-    if step.get("epilogue"):
-        parts.append(("epilogue", step["epilogue"]["kernel"], step["epilogue"].get("label", "")))
+    if isinstance(step, KernelStep):
+        return [("kernel", step.kernel, step.label)]
+    parts = [("gemm", "", step.label)]
+    if step.prologue:
+        parts.insert(0, ("prologue", step.prologue.kernel, step.prologue.label))
+    if step.epilogue:
+        parts.append(("epilogue", step.epilogue.kernel, step.epilogue.label))
     return parts
 
 
 def step_lines(model: Any) -> list[tuple[int, str, str, str]]:
     """(step index, launch kind, label, generated source path or BLAS) for every launch."""
+    loaded = getattr(model.runtime, "kernel_paths", {}) or {}
     out = []
     for i, step in enumerate(model.plan.steps):
+        fallback = getattr(step, "fallback", None)
         for what, key, label in step_parts(step):
+            if what == "gemm" and fallback is not None and fallback.kernel in loaded:
+                key = fallback.kernel  # a runtime without cuBLASLt ran the plain GEMM kernel
             out.append((i, what, label, _kernel_path(model, key) if key else "BLAS"))
     return out
 

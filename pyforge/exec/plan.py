@@ -13,7 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, PyforgeError
+from ..errors import InputError, ModelLoadError, PyforgeError
+from .steps import GemmStep, Step, step_from_json
+
+# plan.json's "format": bumped whenever a saved plan's meaning changes; another is refused
+FORMAT = 2
 
 
 @dataclass
@@ -32,8 +36,9 @@ class Slot:
 class ExecutionPlan:
     arena_bytes: int
     slots: dict[str, Slot]
-    steps: list[dict[str, Any]]
-    kernels: dict[str, dict[str, str]]  # key -> {"cpu": source, "cuda": source}
+    steps: list[Step]
+    # key -> {target: source}; a GEMM's cuda fallback kernel has a "cuda" source only
+    kernels: dict[str, dict[str, str]]
     inputs: list[str]
     outputs: list[str]
     weights: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.uint8))
@@ -47,15 +52,15 @@ class ExecutionPlan:
 
     def step_labels(self) -> list[str]:
         """One line per step for reports: the kernel's label, else the step kind."""
-        return [s.get("label") or s["kind"] for s in self.steps]
+        return [s.label or ("gemm" if isinstance(s, GemmStep) else "kernel") for s in self.steps]
 
     def save(self, directory: str) -> None:
         os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
         meta = {
-            "format": 1,
+            "format": FORMAT,
             "arena_bytes": self.arena_bytes,
             "slots": {k: asdict(s) for k, s in self.slots.items()},
-            "steps": self.steps,
+            "steps": [s.to_json() for s in self.steps],
             "inputs": self.inputs,
             "outputs": self.outputs,
             "stats": self.stats,
@@ -76,6 +81,11 @@ class ExecutionPlan:
             raise PyforgeError(f"no saved plan at {directory} (plan.json missing)")
         with open(path) as f:
             meta = json.load(f)
+        if meta.get("format") != FORMAT:
+            raise ModelLoadError(
+                f"the plan at {directory} has format {meta.get('format')!r}, this pyforge reads "
+                f"format {FORMAT}: it was saved by another pyforge version and must be recompiled"
+            )
         kernels = {}
         for key in meta["kernels"]:
             kernels[key] = {}
@@ -92,7 +102,7 @@ class ExecutionPlan:
         return cls(
             meta["arena_bytes"],
             slots,
-            meta["steps"],
+            [step_from_json(d) for d in meta["steps"]],
             kernels,
             meta["inputs"],
             meta["outputs"],

@@ -1,15 +1,15 @@
-"""Lowering's last stage: a Program becomes an ExecutionPlan (weights, arena offsets, steps)."""
+"""Lowering's last stage: a Program becomes an ExecutionPlan (weights, arena offsets, and the
+typed steps the runtimes read), every kernel source stored in ``plan.kernels``."""
 
 from __future__ import annotations
-
-from dataclasses import fields
-from typing import Any
 
 import numpy as np
 
 from ..exec.plan import ExecutionPlan, Slot
+from ..exec.steps import ConvGeometry, EpiloguePattern, GemmStep, KernelStep, Step, kernel_steps
 from ..opt.memory_plan import Buffer, check_no_overlap, plan_memory
 from .emit import KernelCall
+from .gemm_kernel import gemm_kernel
 from .lower import GemmCall, Program
 
 ALIGN = 256
@@ -21,33 +21,113 @@ def _base(prog: Program, name: str) -> str:
     return name
 
 
-def _step_tensors(step: KernelCall | GemmCall) -> list[str]:
-    if isinstance(step, GemmCall):
-        names = [t for t in (step.a, step.b, step.c, step.d) if t]
-        for k in (step.prologue, step.epilogue):
-            names += _step_tensors(k) if k is not None else []
-        if step.pattern:
-            names += [t for t in (step.pattern["bias"], step.pattern["residual"]) if t]
-        return names
-    return [v for kind, v in step.args if kind in ("t", "w")]
-
-
-def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> dict[str, Any]:
+def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> KernelStep:
     kernels[k.key] = {"cpu": k.source_cpu, "cuda": k.source_cuda}
-    launch = {"launch": [[int(g) for g in k.launch[0]], int(k.launch[1])]} if k.launch else {}
-    return {
-        "kind": "kernel",
-        "kernel": k.key,
-        "n": k.n,
-        "inner": k.inner,
-        "label": k.label,
-        "args": [list(a) for a in k.args],
-        **launch,
-    }
+    return _as_step(k)
+
+
+def _as_step(k: KernelCall) -> KernelStep:
+    launch = None
+    if k.launch:
+        launch = (tuple(int(g) for g in k.launch[0]), int(k.launch[1]))
+    return KernelStep(
+        kernel=k.key,
+        n=int(k.n),
+        args=tuple((kind, int(v) if kind in ("i", "e") else v) for kind, v in k.args),
+        label=k.label,
+        inner=int(k.inner),
+        launch=launch,
+    )
+
+
+def _gemm_step(g: GemmCall, prog: Program, kernels: dict[str, dict[str, str]]) -> GemmStep:
+    fallback = gemm_kernel(g, prog.tensors[g.d].dtype)
+    # a cuda-only kernel: the cpu target never runs it (it has numpy's matmul)
+    kernels.setdefault(fallback.key, {"cuda": fallback.source_cuda})
+    pattern = EpiloguePattern(**g.pattern) if g.pattern else None
+    conv = None
+    if g.conv:
+        conv = ConvGeometry(g.conv["x"], g.conv["col"], tuple(int(v) for v in g.conv["geometry"]))
+    return GemmStep(
+        a=g.a,
+        b=g.b,
+        d=g.d,
+        m=int(g.m),
+        n=int(g.n),
+        k=int(g.k),
+        lda=int(g.lda),
+        ldb=int(g.ldb),
+        ldd=int(g.ldd),
+        trans_a=bool(g.trans_a),
+        trans_b=bool(g.trans_b),
+        batch=int(g.batch),
+        stride_a=int(g.stride_a),
+        stride_b=int(g.stride_b),
+        stride_d=int(g.stride_d),
+        alpha=float(g.alpha),
+        beta=float(g.beta),
+        c=g.c,
+        ldc=int(g.ldc),
+        stride_c=int(g.stride_c),
+        label=g.label,
+        prologue=_kernel_step(g.prologue, kernels) if g.prologue is not None else None,
+        epilogue=_kernel_step(g.epilogue, kernels) if g.epilogue is not None else None,
+        pattern=pattern,
+        conv=conv,
+        fallback=_as_step(fallback),
+    )
+
+
+def typed_steps(prog: Program) -> tuple[list[Step], dict[str, dict[str, str]]]:
+    """The program's calls as plan steps, and every kernel source they name."""
+    kernels: dict[str, dict[str, str]] = {}
+    steps: list[Step] = [
+        _gemm_step(s, prog, kernels) if isinstance(s, GemmCall) else _kernel_step(s, kernels)
+        for s in prog.steps
+    ]
+    return steps, kernels
 
 
 def build_plan(prog: Program) -> ExecutionPlan:
-    """Assign weights and arena offsets (liveness-planned) and serialise the steps."""
+    """Assign weights and arena offsets (liveness-planned) and type the steps."""
+    steps, kernels = typed_steps(prog)
+    slots, weights = _weight_slots(prog)
+    buffers, inplace = _live_ranges(prog, steps)
+    mem = plan_memory(buffers, ALIGN, inplace)
+    # cheap (one pass over conflict lists), so every plan ever built is checked, tests included
+    check_no_overlap(buffers, mem.offsets, ALIGN, inplace)
+    for name, info in prog.tensors.items():
+        base = _base(prog, name)
+        if base in mem.offsets:
+            slots[name] = Slot("arena", mem.offsets[base], tuple(info.shape), info.dtype.str)
+        elif base in slots and name != base:
+            s = slots[base]
+            slots[name] = Slot(s.region, s.offset, tuple(info.shape), s.dtype)
+    plan = ExecutionPlan(
+        mem.arena_bytes,
+        slots,
+        steps,
+        kernels,
+        list(prog.inputs),
+        list(prog.outputs),
+        np.frombuffer(bytes(weights), np.uint8).copy(),
+    )
+    plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
+    plan.stats.update(
+        steps=len(steps),
+        kernels=len(kernel_steps(steps)),  # GEMM fallbacks not counted: cuBLASLt is the rule
+        gemms=sum(isinstance(s, GemmStep) for s in steps),
+        arena_bytes=mem.arena_bytes,
+        naive_bytes=mem.naive_bytes,
+        lower_bound_bytes=mem.lower_bound_bytes,
+        memory_strategy=mem.strategy,
+        weights_bytes=len(weights),
+    )
+    return plan
+
+
+def _weight_slots(prog: Program) -> tuple[dict[str, Slot], bytearray]:
+    """Every constant laid out, ALIGN-aligned, in one weights buffer."""
     slots: dict[str, Slot] = {}
     weights = bytearray()
     for name, info in prog.tensors.items():
@@ -56,7 +136,12 @@ def build_plan(prog: Program) -> ExecutionPlan:
             weights.extend(b"\0" * (off - len(weights)))
             weights.extend(np.ascontiguousarray(info.const, info.dtype).tobytes())
             slots[name] = Slot("weights", off, tuple(info.shape), info.dtype.str)
+    return slots, weights
 
+
+def _live_ranges(prog: Program, steps: list[Step]) -> tuple[list[Buffer], list[tuple[str, str]]]:
+    """The arena's buffers (first and last step each is live) and the (source, destination)
+    pairs a pointwise kernel may compute in place."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
 
@@ -70,12 +155,11 @@ def build_plan(prog: Program) -> ExecutionPlan:
 
     for name in prog.inputs:
         touch(name, 0)
-    for i, step in enumerate(prog.steps):
-        for name in _step_tensors(step):
+    for i, step in enumerate(steps):
+        for name in step.tensors():
             touch(name, i)
     for name in prog.outputs:
-        touch(name, len(prog.steps))
-
+        touch(name, len(steps))
     buffers = [
         Buffer(
             n,
@@ -95,48 +179,4 @@ def build_plan(prog: Program) -> ExecutionPlan:
                     same = prog.tensors[s].dtype.itemsize == prog.tensors[d].dtype.itemsize
                     if s in last and last[s] == i and first.get(d) == i and s != d and same:
                         inplace.append((s, d))
-    mem = plan_memory(buffers, ALIGN, inplace)
-    # cheap (one pass over conflict lists), so every plan ever built is checked, tests included
-    check_no_overlap(buffers, mem.offsets, ALIGN, inplace)
-    for name, info in prog.tensors.items():
-        base = _base(prog, name)
-        if base in mem.offsets:
-            slots[name] = Slot("arena", mem.offsets[base], tuple(info.shape), info.dtype.str)
-        elif base in slots and name != base:
-            s = slots[base]
-            slots[name] = Slot(s.region, s.offset, tuple(info.shape), s.dtype)
-
-    steps: list[dict[str, Any]] = []
-    kernels: dict[str, dict[str, str]] = {}
-    for step in prog.steps:
-        if isinstance(step, GemmCall):
-            d = {f.name: getattr(step, f.name) for f in fields(step)}
-            for part in ("prologue", "epilogue"):
-                d[part] = _kernel_step(d[part], kernels) if d[part] is not None else None
-            steps.append({"kind": "gemm", **d})
-        else:
-            steps.append(_kernel_step(step, kernels))
-    plan = ExecutionPlan(
-        mem.arena_bytes,
-        slots,
-        steps,
-        kernels,
-        list(prog.inputs),
-        list(prog.outputs),
-        np.frombuffer(bytes(weights), np.uint8).copy(),
-    )
-    plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
-    gemms = [s for s in steps if s["kind"] == "gemm"]
-    plan.stats.update(
-        steps=len(steps),
-        kernels=len(steps)
-        - len(gemms)
-        + sum(bool(g["prologue"]) + bool(g["epilogue"]) for g in gemms),
-        gemms=len(gemms),
-        arena_bytes=mem.arena_bytes,
-        naive_bytes=mem.naive_bytes,
-        lower_bound_bytes=mem.lower_bound_bytes,
-        memory_strategy=mem.strategy,
-        weights_bytes=len(weights),
-    )
-    return plan
+    return buffers, inplace

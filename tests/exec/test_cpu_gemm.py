@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import pyforge
-from pyforge.exec.cpu_gemm import cblas_gemm
+from pyforge.exec.cpu.blas import cblas_gemm
 from tests.helpers import check_against_ort, make_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,7 +118,7 @@ def test_cached_drivers_run_in_a_fresh_process():
 )
 def test_row_copy_im2col_matches_numpy(c, h, w, k, stride, pad, dil):
     """The cpu target's im2col against a padded-array reference (strides, uneven pads, dilation)."""
-    from pyforge.exec.cpu_conv import im2col_nchw
+    from pyforge.exec.cpu.conv import im2col_nchw
 
     x = np.random.default_rng(c * 100 + h).standard_normal((2, c, h, w)).astype(np.float32)
     ph, pw = pad

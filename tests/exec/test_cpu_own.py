@@ -1,4 +1,4 @@
-"""pyforge's own float32 GEMM on the cpu target (cpu_sgemm via cpu_own): convolutions without an
+"""pyforge's own float32 GEMM on the cpu target (cpu.sgemm via cpu.own): convolutions without an
 im2col matrix, epilogues in the GEMM's store, and the same summation order for every element."""
 
 import numpy as np
@@ -7,7 +7,9 @@ import pytest
 from onnx import helper, numpy_helper
 
 import pyforge
-from pyforge.exec import cpu_own, cpu_pack, cpu_sgemm
+from pyforge.exec.cpu import CpuRuntime
+from pyforge.exec.cpu import pack as cpu_pack
+from pyforge.exec.cpu import sgemm as cpu_sgemm
 from tests.helpers import check_against_ort, make_model
 
 pytestmark = pytest.mark.skipif(not cpu_sgemm.available(), reason="needs AVX2 + FMA")
@@ -62,11 +64,13 @@ def test_conv_matches_ort(case, tail):
     assert compiled.stats["launches"] == 1  # pad + GEMM + epilogue in one driver
 
 
-def test_own_and_blas_paths_agree(monkeypatch):
+def test_own_and_blas_paths_agree():
     model, feeds = _conv(**CONVS["long k"], tail=("residual", "relu"))
-    own = pyforge.compile(model, target="cpu").predict(feeds)
-    monkeypatch.setattr(cpu_own, "ENABLED", False)
-    blas = pyforge.compile(model, target="cpu").predict(feeds)
+    compiled = pyforge.compile(model, target="cpu")
+    own = compiled.predict(feeds)
+    blas_rt = CpuRuntime(compiled.plan, own_gemm=False)
+    assert blas_rt.launches == 1  # the CBLAS driver: one call for the step, as own sgemm
+    blas = blas_rt.run(feeds)["y"]
     np.testing.assert_allclose(own, blas, rtol=1e-4, atol=1e-4)  # two summation orders
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
+from pyforge.exec.steps import GemmStep
 from tests.frontend.test_ops import rand
 from tests.helpers import check_against_ort, make_model, run_in_simulator
 
@@ -84,9 +85,9 @@ def test_implicit_conv_matches_ort(case, fusion):
     compiled, _ = check_against_ort(
         model, feeds, target=TARGET, fusion=fusion, layout="nhwc", conv="implicit", conv_tile=tile
     )
-    convs = [s for s in compiled.plan.steps if "implicit" in s.get("label", "")]
-    assert len(convs) == 1 and "launch" in convs[0]
-    assert not any(s["kind"] == "gemm" for s in compiled.plan.steps)
+    convs = [s for s in compiled.plan.steps if "implicit" in s.label]
+    assert len(convs) == 1 and convs[0].launch is not None
+    assert not any(isinstance(s, GemmStep) for s in compiled.plan.steps)
     if fusion:  # bias, residual and Relu run inside the conv kernel
         assert compiled.stats["launches"] == 3  # to NHWC, conv, to NCHW
 
@@ -101,8 +102,8 @@ def test_launch_shape_survives_save_and_load(tmp_path):
     )
     compiled.save(tmp_path)
     loaded = pyforge.load(tmp_path, target="cpu")
-    conv = [s for s in loaded.plan.steps if "launch" in s]
-    assert conv and conv[0]["launch"] == [[2, 1, 3], 64]
+    conv = [s for s in loaded.plan.steps if getattr(s, "launch", None)]
+    assert conv and conv[0].launch == ((2, 1, 3), 64)
     np.testing.assert_array_equal(loaded.predict(feeds), compiled.predict(feeds))
 
 
@@ -112,6 +113,6 @@ def test_conv_option_default_and_refusal():
 
     model, _ = _conv_model(dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
     plain = pyforge.compile(model, target="cpu", layout="nhwc")
-    assert any(s["kind"] == "gemm" and s["prologue"] for s in plain.plan.steps)
+    assert any(isinstance(s, GemmStep) and s.prologue for s in plain.plan.steps)
     with pytest.raises(ValueError, match="conv="):
         pyforge.compile(model, target="cpu", conv="winograd")

@@ -15,6 +15,7 @@ from numba import cuda, types
 from onnx import helper, numpy_helper
 
 from pyforge.compiler import compile_to_plan
+from pyforge.exec.steps import kernel_steps
 from pyforge.models import MODELS
 from tests.helpers import make_model
 
@@ -31,9 +32,7 @@ pytestmark = pytest.mark.skipif(not _ptx_available(), reason="no NVVM/NVRTC to c
 
 
 def _kernels(plan):
-    for step in plan.steps:
-        parts = [step] if step["kind"] == "kernel" else [step["prologue"], step["epilogue"]]
-        yield from (p for p in parts if p)
+    return kernel_steps(plan.steps)
 
 
 def _arg_type(plan, kind, value):
@@ -47,12 +46,12 @@ def _arg_type(plan, kind, value):
 
 
 def _ptx_of(plan, step, tmp_path):
-    path = tmp_path / f"k_{step['kernel']}.py"
-    path.write_text(plan.kernels[step["kernel"]]["cuda"].replace("cache=True", "cache=False"))
+    path = tmp_path / f"k_{step.kernel}.py"
+    path.write_text(plan.kernels[step.kernel]["cuda"].replace("cache=True", "cache=False"))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    sig = (types.int64, *(_arg_type(plan, k, v) for k, v in step["args"]))
+    sig = (types.int64, *(_arg_type(plan, k, v) for k, v in step.args))
     return cuda.compile_ptx(module.kernel.py_func, sig, cc=(9, 0))[0]
 
 
@@ -99,6 +98,6 @@ def test_cuda_kernels_compile_to_ptx(name, layout, precision, tmp_path):
     plan, _ = compile_to_plan(model, specialize=True, layout=layout, precision=precision)
     halves = any(np.dtype(s.dtype) == np.float16 for s in plan.slots.values())
     assert halves == (precision == "fp16")
-    steps = {s["kernel"]: s for s in _kernels(plan)}
+    steps = {s.kernel: s for s in _kernels(plan)}
     for step in steps.values():
-        assert "__half" not in _ptx_of(plan, step, tmp_path), step["label"]
+        assert "__half" not in _ptx_of(plan, step, tmp_path), step.label

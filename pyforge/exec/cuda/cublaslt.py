@@ -18,7 +18,7 @@ from nvmath import CudaDataType
 from nvmath.bindings import cublas
 from nvmath.bindings import cublasLt as lt
 
-from pyforge.exec.cuda_graph import CudaGraph, raw_stream
+from .graph import CudaGraph, raw_stream
 
 _NOT_SUPPORTED = 15  # CUBLAS_STATUS_NOT_SUPPORTED
 _OP = {False: cublas.Operation.N, True: cublas.Operation.T}

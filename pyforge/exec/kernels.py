@@ -1,5 +1,6 @@
 """Generated kernels are real files in a cache directory, imported with importlib, so a user can
-read every kernel and Numba's on-disk cache makes a warm compile fast."""
+read every kernel and Numba's on-disk cache makes a warm compile fast. Lowering writes sources;
+only the runtimes load them."""
 
 from __future__ import annotations
 
@@ -51,3 +52,15 @@ def load_kernel(source: str, target: str, capability: str = "") -> tuple[Callabl
 def module_name(path: str, target: str) -> str:
     """The ``sys.modules`` name a kernel file is imported under (generated drivers refer to it)."""
     return f"pyforge_kernels.{target}.{os.path.basename(path)[:-3]}"
+
+
+def sequence(parts: list[Callable[[], None]]) -> Callable[[], None]:
+    """One callable running bound ``parts`` in order (a GEMM step's prologue, GEMM, epilogue)."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def run() -> None:
+        for part in parts:
+            part()
+
+    return run

@@ -2,7 +2,7 @@
 captured once as a CUDA graph and replayed by ``predict``.
 
 Under NUMBA_ENABLE_CUDASIM=1 (CI) the same code runs the kernels in Numba's simulator, with the
-plain GEMM kernel in place of cuBLASLt and no graph.
+GEMM steps' fallback kernels in place of cuBLASLt and no graph.
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ from collections.abc import Callable
 import numpy as np
 from numba import cuda
 
-from ..errors import IndexRangeError
-from ..lower_numba.cache import load_kernel
-from ..lower_numba.gemm_kernel import gemm_kernel
-from .cpu import sequence
-from .plan import DeviceFeed, ExecutionPlan
+from ...errors import IndexRangeError
+from ..kernels import load_kernel, sequence
+from ..plan import DeviceFeed, ExecutionPlan
+from ..steps import GemmStep, KernelStep, Step, kernel_steps
+from .gemm import WORKSPACE_BYTES, choose_gemm, gemm_backend, pointer
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 THREADS = 256
 MAX_BLOCKS = 132 * 16  # grid-stride loops cover the rest; enough blocks to fill an H200
-WORKSPACE_BYTES = 32 << 20
 
 
 def _host_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -43,10 +42,6 @@ def _arg(views: dict, kind: str, value):
     return int(value)
 
 
-def _pointer(arr) -> int:
-    return int(arr.__cuda_array_interface__["data"][0])
-
-
 def _capability() -> str:
     if SIMULATED:
         return "sim"
@@ -60,6 +55,7 @@ class CudaRuntime:
     def __init__(
         self,
         plan: ExecutionPlan,
+        *,
         graph: bool = True,
         precision: str = "fp32",
         library_epilogues: bool = True,
@@ -90,7 +86,7 @@ class CudaRuntime:
             self.views[name] = buf[s.offset : s.offset + max(s.nbytes, 0)].view(np.dtype(s.dtype))
         self.capability = _capability()
         self.kernel_paths: dict[str, str] = {}
-        self.gemm_backend = "numba" if SIMULATED else _gemm_backend()
+        self.gemm_backend = gemm_backend(SIMULATED)
         self.workspace = (
             None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
         )
@@ -111,123 +107,50 @@ class CudaRuntime:
         if self.use_graph:
             # captured at bind time: the first predict is then the same replay as every other
             # (replaying straight after a capture made inside predict gave stale outputs once)
-            from .cuda_graph import CudaGraph
+            from .graph import CudaGraph
 
             self.graph = CudaGraph(self.stream)
             self.graph.capture(self._launch_all)  # runs once first, so kernels compile outside
             self.stream.synchronize()
 
     # -- binding -------------------------------------------------------------------------------
-    def _kernel(
-        self, key: str, source: str, n: int, args: list, inner: int = 0, launch=None, label=""
-    ) -> Callable[[], None]:
-        fn, path = load_kernel(source, "cuda", self.capability)
-        self.kernel_paths[key] = path
+    def bind_kernel(self, step: KernelStep) -> Callable[[], None]:
+        """One launch of a kernel step, its arguments and grid bound now."""
+        self.launches += 1
+        fn, path = load_kernel(self.plan.kernels[step.kernel]["cuda"], "cuda", self.capability)
+        self.kernel_paths[step.kernel] = path
         bound = tuple(
-            self._error_word(label or key) if kind == "e" else _arg(self.views, kind, v)
-            for kind, v in args
+            self._error_word(step.label or step.kernel)
+            if kind == "e"
+            else _arg(self.views, kind, v)
+            for kind, v in step.args
         )
-        if launch:  # a tiled kernel written for exactly this grid and block
-            launch = fn[tuple(launch[0]), int(launch[1]), self.stream]
-        elif inner:  # rows x inner: blocks along x cover a row, along y the rows
-            gx = max(1, min(-(-inner // THREADS), MAX_BLOCKS))
-            gy = max(1, min(n // inner, 65535, MAX_BLOCKS * 8 // gx))
+        n = step.n
+        if step.launch:  # a tiled kernel written for exactly this grid and block
+            launch = fn[step.launch[0], step.launch[1], self.stream]
+        elif step.inner:  # rows x inner: blocks along x cover a row, along y the rows
+            gx = max(1, min(-(-step.inner // THREADS), MAX_BLOCKS))
+            gy = max(1, min(n // step.inner, 65535, MAX_BLOCKS * 8 // gx))
             launch = fn[(gx, gy), THREADS, self.stream]
         else:
             launch = fn[max(1, min(-(-n // THREADS), MAX_BLOCKS)), THREADS, self.stream]
         return lambda: launch(n, *bound)
 
-    def _bind(self, step: dict) -> Callable[[], None]:
-        if step["kind"] == "kernel":
-            self.launches += 1
-            src = self.plan.kernels[step["kernel"]]["cuda"]
-            return self._kernel(
-                step["kernel"],
-                src,
-                step["n"],
-                step["args"],
-                step.get("inner", 0),
-                step.get("launch"),
-                step.get("label", ""),
-            )
-        parts = []
-        if step["prologue"]:
-            parts.append(self._bind(step["prologue"]))
-        epilogue_done = False
-        if self.gemm_backend == "numba":
-            call = gemm_kernel(step, np.dtype(self.plan.slots[step["d"]].dtype))
-            parts.append(self._kernel(call.key, call.source_cuda, call.n, call.args, call.inner))
-            self.launches += 1
-        else:
-            gemm, epilogue_done = self._lt_gemm(step)
-            parts.append(gemm)
-            self.launches += 1
-        if step["epilogue"] and not epilogue_done:
-            parts.append(self._bind(step["epilogue"]))
-        return parts[0] if len(parts) == 1 else sequence(parts)
+    def _bind(self, step: Step) -> Callable[[], None]:
+        if isinstance(step, KernelStep):
+            return self.bind_kernel(step)
+        parts = [self.bind_kernel(step.prologue)] if step.prologue else []
+        gemm, epilogue_done = choose_gemm(self, step)
+        parts.append(gemm)
+        self.launches += self.gemm_backend != "numba"  # a fallback kernel counted itself
+        self.gemm_folded += epilogue_done
+        if step.epilogue and not epilogue_done:
+            parts.append(self.bind_kernel(step.epilogue))
+        return sequence(parts)
 
-    def _lt_gemm(self, g: dict) -> tuple[Callable[[], None], bool]:
-        """A cuBLASLt call; with the epilogue folded in when cuBLASLt can express it."""
-        from .cublaslt import LtGemm
-
-        common = dict(
-            trans_a=g["trans_a"],
-            trans_b=g["trans_b"],
-            lda=g["lda"],
-            ldb=g["ldb"],
-            ldd=g["ldd"],
-            batch=g["batch"],
-            stride_a=g["stride_a"],
-            stride_b=g["stride_b"],
-            stride_d=g["stride_d"],
-            alpha=g["alpha"],
-            precision=self._gemm_precision(g),
-            workspace_bytes=WORKSPACE_BYTES,
-        )
-        pat = g.get("pattern") if self.library_epilogues else None
-        lt, folded = None, False
-        if pat and not g.get("c"):
-            try:
-                lt = LtGemm(
-                    g["m"],
-                    g["n"],
-                    g["k"],
-                    ldc=g["ldd"],
-                    stride_c=g["stride_d"],
-                    beta=1.0 if pat["residual"] else 0.0,
-                    act=pat["act"],
-                    bias_axis=pat["bias_axis"],
-                    **common,
-                )
-                c = pat["residual"] or g["d"]
-                bias = pat["bias"]
-                folded = True
-            except NotImplementedError:
-                lt = None
-        if lt is None:
-            lt = LtGemm(
-                g["m"],
-                g["n"],
-                g["k"],
-                ldc=g["ldc"] or g["ldd"],
-                stride_c=g["stride_c"],
-                beta=g["beta"] if g.get("c") else 0.0,
-                **common,
-            )
-            c, bias = g.get("c") or g["d"], None
-        a, b = (_pointer(self.views[g[k]]) for k in ("a", "b"))
-        cc, d = _pointer(self.views[c]), _pointer(self.views[g["d"]])
-        bp = _pointer(self.views[bias]) if bias else 0
-        ws, handle = _pointer(self.workspace), _stream_handle(self.stream)
-        self.gemm_folded += folded
-        return (lambda: lt.run(a, b, cc, d, bp, ws, handle)), folded
-
-    def _gemm_precision(self, g: dict) -> str:
-        """float16 operands (a plan compiled with precision="fp16") run cuBLASLt's fp16 tensor
-        cores, accumulating in float32; float32 GEMMs left in such a plan run TF32."""
-        if np.dtype(self.plan.slots[g["d"]].dtype) == np.float16:
-            return "fp16"
-        return "tf32" if self.precision == "fp16" else self.precision
+    @property
+    def stream_handle(self) -> int:
+        return _stream_handle(self.stream)
 
     def _error_word(self, label: str):
         self._error_labels.append(label)
@@ -286,13 +209,13 @@ class CudaRuntime:
             self._staging = {
                 n: (
                     _host_array(self.plan.slots[n].shape, np.dtype(self.plan.slots[n].dtype)),
-                    _pointer(self.views[n]),
+                    pointer(self.views[n]),
                     self.plan.slots[n].nbytes,
                 )
                 for n in self.plan.inputs
             }
             self._outs = [
-                (n, self.host_out[n], _pointer(self.views[n]), self.plan.slots[n].nbytes)
+                (n, self.host_out[n], pointer(self.views[n]), self.plan.slots[n].nbytes)
                 for n in self.plan.outputs
             ]
             self._handle = _stream_handle(self.stream)
@@ -312,7 +235,7 @@ class CudaRuntime:
         self.graph.replay()
         if self._error_labels:
             drv.cuMemcpyDtoHAsync(
-                self._errors_host.ctypes.data, _pointer(self.errors), 4 * len(self._error_labels), h
+                self._errors_host.ctypes.data, pointer(self.errors), 4 * len(self._error_labels), h
             )
         if not device_in:
             for _, host, dptr, nbytes in self._outs:
@@ -347,7 +270,7 @@ class CudaRuntime:
             return
         from cuda.bindings import driver as drv
 
-        from .cuda_graph import check
+        from .graph import check
 
         if self._event is None:
             flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
@@ -358,26 +281,12 @@ class CudaRuntime:
 
 def _error_words(plan: ExecutionPlan) -> int:
     """How many kernels of the plan take an error word (("e", 0) arguments)."""
-
-    def words(step: dict | None) -> int:
-        return sum(kind == "e" for kind, _ in step["args"]) if step else 0
-
-    return sum(
-        words(st) if st["kind"] == "kernel" else words(st["prologue"]) + words(st["epilogue"])
-        for st in plan.steps
-    )
-
-
-def _gemm_backend() -> str:
-    try:
-        from . import cublaslt  # noqa: F401
-
-        return "cublaslt"
-    except ImportError:
-        return "numba"
+    fallbacks = [s.fallback for s in plan.steps if isinstance(s, GemmStep) and s.fallback]
+    kernels = kernel_steps(plan.steps) + fallbacks
+    return sum(kind == "e" for k in kernels for kind, _ in k.args)
 
 
 def _stream_handle(stream) -> int:
-    from .cuda_graph import raw_stream
+    from .graph import raw_stream
 
     return raw_stream(stream)

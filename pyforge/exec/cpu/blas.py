@@ -1,4 +1,4 @@
-"""One compiled call per GEMM step on the cpu target: im2col prologue, BLAS GEMM, epilogue.
+"""One compiled call per GEMM step on the cpu target: im2col prologue, CBLAS GEMM, epilogue.
 
 numpy's ``matmul`` runs the GEMM from Python, so a conv step used to be three calls (prologue
 kernel, matmul, epilogue kernel). Here a generated ``@njit`` driver calls the step's two kernels
@@ -19,8 +19,8 @@ import numba
 import numpy as np
 from numba import cfunc
 
-from ..lower_numba.cache import load_kernel
-from .cpu_own import bind_own_step
+from ..kernels import load_kernel
+from ..steps import GemmStep
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_MIN = 1 << 18  # multiply-adds below which one thread runs the whole GEMM
@@ -157,35 +157,26 @@ _RESIDUAL = """\
 """
 
 
-def _valid(g: dict) -> bool:
+def _valid(g: GemmStep) -> bool:
     """CBLAS accepts only these leading dimensions (row-major); degenerate sizes stay on numpy."""
-    m, n, k = g["m"], g["n"], g["k"]
-    if min(m, n, k) <= 0:
+    if min(g.m, g.n, g.k) <= 0:
         return False
-    need_a = m if g["trans_a"] else k
-    need_b = k if g["trans_b"] else n
-    return g["lda"] >= need_a and g["ldb"] >= need_b and g["ldd"] >= n
+    need_a = g.m if g.trans_a else g.k
+    need_b = g.k if g.trans_b else g.n
+    return g.lda >= need_a and g.ldb >= need_b and g.ldd >= g.n
 
 
-def bind_gemm_step(
-    step: dict,
+def bind_blas_step(
+    step: GemmStep,
     views: dict[str, np.ndarray],
-    kernel_fn: Callable[[dict], tuple],
-    constants: frozenset[str] = frozenset(),
-    shared: dict | None = None,
+    kernel_fn: Callable,
 ) -> Callable[[], None] | None:
     """One callable running the whole GEMM step in compiled code, or None (use numpy).
 
-    ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step.
-    float32 steps go to pyforge's own GEMM (cpu_own) where it applies: ``constants`` names the
-    weight slots it packs once, ``shared`` its scratch (cpu_own.shared_scratch)."""
-    if shared is not None:
-        own = bind_own_step(step, views, kernel_fn, constants, shared)
-        if own is not None:
-            return own
-    dtype = views[step["d"]].dtype
+    ``kernel_fn(kernel_step)`` returns (module name, dispatcher, n, args) for a kernel step."""
+    dtype = views[step.d].dtype
     gemm, gemv, threads = _blas(dtype)
-    if gemm is None or not _valid(step) or any(views[step[t]].dtype != dtype for t in "ab"):
+    if gemm is None or not _valid(step) or any(views[t].dtype != dtype for t in (step.a, step.b)):
         return None
     names: list[str] = []
     values: list[object] = []
@@ -196,26 +187,26 @@ def bind_gemm_step(
         return names[-1]
 
     imports, calls = [], {}
-    conv = step.get("conv")
-    if conv and views[conv["x"]].dtype == dtype:  # the row-copy im2col in place of the kernel
-        imports.append("from pyforge.exec.cpu_conv import im2col_nchw")
-        ps = [param(views[conv["x"]], "x"), param(views[conv["col"]], "x")]
-        ps.append(param(np.array(conv["geometry"], np.int64), "x"))
+    conv = step.conv
+    if conv and views[conv.x].dtype == dtype:  # the row-copy im2col in place of the kernel
+        imports.append("from pyforge.exec.cpu.conv import im2col_nchw")
+        ps = [param(views[conv.x], "x"), param(views[conv.col], "x")]
+        ps.append(param(np.array(conv.geometry, np.int64), "x"))
         calls["prologue"] = f"    im2col_nchw({', '.join(ps)})\n"
-    for part in ("prologue", "epilogue"):
-        if step[part] is None or part in calls:
+    for part, kstep in (("prologue", step.prologue), ("epilogue", step.epilogue)):
+        if kstep is None or part in calls:
             continue
-        module, _, n, args = kernel_fn(step[part])
+        module, _, n, args = kernel_fn(kstep)
         imports.append(f'{part} = sys.modules["{module}"].kernel')
         ps = [param(np.int64(n), "n")] + [param(v, "x") for v in args]
         calls[part] = f"    {part}({', '.join(ps)})\n"
-    for t in ("a", "b", "d"):
+    for t, tensor in (("a", step.a), ("b", step.b), ("d", step.d)):
         names.append(t)
-        values.append(views[step[t]])
+        values.append(views[tensor])
     residual = ""
-    if step.get("c"):
+    if step.c:
         names += ["c", "cbeta"]
-        values += [views[step["c"]], dtype.type(step["beta"])]
+        values += [views[step.c], dtype.type(step.beta)]
         residual = _RESIDUAL
     # Numba's threads each run one slice of the GEMM with a single-threaded BLAS call: one
     # thread pool, not two (OpenBLAS's idle workers spin and starve Numba's, and the reverse:
@@ -226,18 +217,18 @@ def bind_gemm_step(
     # is left alone: a region then starts in 2-24 us instead of 80-120 us when passive, and a
     # ResNet-50 inference starts ~130 of them.
     parts = 1
-    if threads is not None and step["m"] * step["n"] * step["k"] >= SPLIT_MIN:
+    if threads is not None and step.m * step.n * step.k >= SPLIT_MIN:
         parts = numba.get_num_threads()
     # a small GEMM runs single-threaded too: OpenBLAS's workers, once woken, spin on after the
     # call and starve Numba's threads in the steps that follow (ResNet-50 with the fc GEMV on
     # two OpenBLAS threads: 160 ms per inference, on one: 97 ms)
     threads = threads or _keep_threads.ctypes
     product = _SPLIT_GEMM.format(row_major=ROW_MAJOR, no_trans=NO_TRANS)
-    if step["m"] == 1 and gemv is not None:
+    if step.m == 1 and gemv is not None:
         gemm, parts = gemv, 1
         # B row-major [k, n] (transposed [n, k]): y[n] = B^T x (B x); x = A's row
-        op, rows, cols = (NO_TRANS, "g[1]", "g[2]") if step["trans_b"] else (TRANS, "g[2]", "g[1]")
-        incx = "g[3]" if step["trans_a"] else "1"
+        op, rows, cols = (NO_TRANS, "g[1]", "g[2]") if step.trans_b else (TRANS, "g[2]", "g[1]")
+        incx = "g[3]" if step.trans_a else "1"
         product = _GEMV.format(row_major=ROW_MAJOR, op=op, rows=rows, cols=cols, incx=incx)
     source = _DRIVER.format(
         product=product,
@@ -256,23 +247,23 @@ def bind_gemm_step(
     numba.get_num_threads()
     g = np.array(
         [
-            step["m"],
-            step["n"],
-            step["k"],
-            step["lda"],
-            step["ldb"],
-            step["ldd"],
-            step["batch"],
-            step["stride_a"],
-            step["stride_b"],
-            step["stride_d"],
-            TRANS if step["trans_a"] else NO_TRANS,
-            TRANS if step["trans_b"] else NO_TRANS,
-            step.get("ldc") or 0,
-            step.get("stride_c") or 0,
+            step.m,
+            step.n,
+            step.k,
+            step.lda,
+            step.ldb,
+            step.ldd,
+            step.batch,
+            step.stride_a,
+            step.stride_b,
+            step.stride_d,
+            TRANS if step.trans_a else NO_TRANS,
+            TRANS if step.trans_b else NO_TRANS,
+            step.ldc or 0,
+            step.stride_c or 0,
         ],
         np.int64,
     )
-    alpha, beta = dtype.type(step["alpha"]), dtype.type(0)
+    alpha, beta = dtype.type(step.alpha), dtype.type(0)
     args = tuple(values)
     return lambda: driver(gemm, threads, g, alpha, beta, parts, *args)

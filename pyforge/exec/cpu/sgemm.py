@@ -12,7 +12,7 @@ What it buys over calling BLAS:
   reads ``xpad[c * Hp * Wp + ky * dh * Wp + kx * dw + q]``, so each row of the implicit column
   matrix is a shifted window of the buffer and packs with plain 16-float copies. Columns whose
   ow falls in the padding are computed and dropped at the store. A stride-s conv is the same
-  over the s*s phase planes of the image (see ``cpu_pack.shifted_conv``).
+  over the s*s phase planes of the image (see ``pack.shifted_conv``).
 - the step's epilogue (bias per row, residual, Relu) is applied while the finished tile is
   still in registers, instead of in another pass over the output.
 - every output element is summed in the same order (k blocks in turn, an FMA chain within a
@@ -30,7 +30,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.core.extending import intrinsic
 
-from .cpu_pack import MR, NR, pack_panels, pack_shifted, packed_size  # 6 x 16: 12 AVX2 regs
+from .pack import MR, NR, pack_panels, pack_shifted, packed_size  # 6 x 16: 12 AVX2 regs
 
 KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packed block
 

@@ -1,4 +1,4 @@
-"""The operand layouts of cpu_sgemm: weight panels, image windows, phase planes.
+"""The operand layouts of own sgemm (sgemm.py): weight panels, image windows, phase planes.
 
 ``pack_panels`` lays a strided matrix out as the micro-kernel reads it (panels of MR or NR rows,
 k-major); ``pad_image`` copies a conv's image into zero-bordered planes, one per phase of its
@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.core.extending import intrinsic
 
-MR, NR = 6, 16  # the micro-tile (cpu_sgemm): rows of L per panel, columns of R per panel
+MR, NR = 6, 16  # the micro-tile (sgemm.py): rows of L per panel, columns of R per panel
 
 _V8 = ir.VectorType(ir.FloatType(), 8)
 _I64 = ir.IntType(64)
@@ -107,8 +107,8 @@ def packed_size(rows: int, kdim: int, width: int) -> int:
     return -(-rows // width) * width * kdim
 
 
-def shifted_conv(geometry: list[int]) -> dict:
-    """A conv (geometry as GemmCall.conv) as shifted windows: the zero-bordered image planes
+def shifted_conv(geometry: tuple[int, ...]) -> dict:
+    """A conv (ConvGeometry.geometry) as shifted windows: the zero-bordered image planes
     (one per phase of the stride that some tap reads, per channel), each tap row's offset into
     them, and the padded column space q = oh * wp + ow. Stride s reads phase (ky * dh % s) at
     row offset ky * dh // s: a stride-s conv is a stride-1 conv over the phases' planes."""

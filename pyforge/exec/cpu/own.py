@@ -1,0 +1,212 @@
+"""Binds a float32 GEMM step of the cpu target to own sgemm: one generated driver per step.
+
+The driver copies a conv's image into zero-bordered (phase) planes (no im2col), runs ``sgemm``
+with the weights packed at bind time, and leaves the epilogue to the GEMM's store when it is
+bias-per-row (+ residual) (+ Relu); any other epilogue kernel runs after it, as in the BLAS
+driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numba
+import numpy as np
+
+from ..kernels import load_kernel
+from ..steps import GemmStep, KernelStep
+from . import pack as pk
+from . import sgemm as sg
+
+# every size is read from ``d`` at run time, so steps of one structure share a compiled driver
+_DRIVER = """\
+import sys
+import numpy as np
+from numba import njit
+from pyforge.exec.cpu.pack import pad_image
+from pyforge.exec.cpu.sgemm import sgemm
+{imports}
+
+@njit(nogil=True, cache=True)
+def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x, cin, beta,
+           {params}):
+{prologue}    for bi in range(d[0]):
+        g[{L_BASE}] = bi * d[1]
+        g[{C_BASE}] = bi * d[2]
+        if g[{RES_BASE}] >= 0:
+            g[{RES_BASE}] = bi * d[2]
+        if d[5]:  # a conv: image bi into the zero-bordered planes r
+            pad_image(x, bi * d[6] * d[7] * d[8], d[6], d[7], d[8], d[9], d[10], phases, d[11],
+                      d[12], r)
+        else:
+            g[{R_BASE}] = bi * d[13]
+        sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw,
+              qbuf)
+{residual}{epilogue}"""
+
+# D += beta * C (a Gemm's C input); d[14:19] = m, n, ldd, ldc, stride_c
+_RESIDUAL = """\
+    for bi in range(d[0]):
+        for i in range(d[14]):
+            for j in range(d[15]):
+                c[bi * d[2] + i * d[16] + j] += beta * cin[bi * d[18] + i * d[17] + j]
+"""
+
+
+def usable(step: GemmStep, views: dict, constant: bool) -> bool:
+    """float32, at least one full micro-tile, big enough to split, an alpha foldable into the
+    prepacked weight, and a CPU with AVX2 + FMA."""
+    return (
+        all(views[t].dtype == np.float32 for t in (step.a, step.b, step.d))
+        and step.m >= sg.MR
+        and step.n >= sg.NR
+        and step.m * step.n * step.k >= 1 << 18
+        and (step.alpha == 1.0 or constant)
+        and sg.available()
+    )
+
+
+def shared_scratch(steps: list) -> dict:
+    """Buffers every own-GEMM step of one runtime shares (steps run one at a time): the largest
+    whole-R packing, padded image and tile staging area."""
+    gemms = [s for s in steps if isinstance(s, GemmStep)]
+    rw = max((sg.whole_r_size(s.m, s.n, s.k) for s in gemms), default=0)
+    convs = [(s, pk.shifted_conv(s.conv.geometry)) for s in gemms if s.conv]
+    # (strided 1x1 convs take im2col instead, so this may be more than needed)
+    xpad = max((p["size"] for _, p in convs), default=0)
+    qbuf = max((sg.staging_size(s.m, p["cols"]) for s, p in convs), default=0)
+    return {
+        "rw": np.empty(rw, np.float32),
+        "xpad": np.empty(xpad, np.float32),
+        "qbuf": np.empty(qbuf, np.float32),
+    }
+
+
+def _prepack(step: GemmStep, a: np.ndarray, constant: bool) -> tuple[np.ndarray, int, int, bool]:
+    """(packed-L buffer, per-batch offset, per-batch size, packed already) for step's A."""
+    m, k, batch = step.m, step.k, step.batch
+    size = pk.packed_size(m, k, sg.MR)
+    if not constant:
+        return np.empty(size, np.float32), 0, size, False
+    rs, ks = (1, step.lda) if step.trans_a else (step.lda, 1)
+    one = step.stride_a == 0  # one weight for every batch entry (a conv over n images)
+    lp = np.empty(size if one else size * batch, np.float32)
+    src = a if step.alpha == 1.0 else (a * np.float32(step.alpha)).astype(np.float32)
+    for bi in range(1 if one else batch):
+        pk.pack_panels(src, bi * step.stride_a, rs, ks, m, 0, m, 0, k, sg.MR, lp, bi * size)
+    return lp, (0 if one else size), size, True
+
+
+def bind_own_step(
+    step: GemmStep,
+    views: dict[str, np.ndarray],
+    kernel_fn: Callable[[KernelStep], tuple],
+    constants: frozenset[str],
+    shared: dict,
+) -> Callable[[], None] | None:
+    """One callable running the GEMM step on own sgemm, or None where it does not apply."""
+    if not usable(step, views, step.a in constants) or "rw" not in shared:
+        return None
+    conv, shift = step.conv, None
+    # a strided 1x1 conv keeps its im2col (a plain subsample): its windows would not overlap,
+    # and its tiles would straddle output rows
+    geo = conv.geometry if conv is not None else None
+    if geo is not None and (geo[6:8] == (1, 1) or geo[4] * geo[5] > 1):
+        shift = pk.shifted_conv(list(geo))
+    g, d, lp, operands = _operands(step, views, constants, shared, shift)
+    names: list[str] = []
+    values: list[object] = []
+    imports, calls = [], {"prologue": "", "epilogue": ""}
+
+    def param(value: object) -> str:
+        names.append(f"p{len(names)}")
+        values.append(value)
+        return names[-1]
+
+    bias, res, step = _store_epilogue(step, views, g)
+    if conv is not None and shift is None:
+        from .conv import im2col_nchw  # noqa: F401  (compiled before the driver)
+
+        imports.append("from pyforge.exec.cpu.conv import im2col_nchw")
+        ps = [param(views[conv.x]), param(views[conv.col])]
+        ps.append(param(np.array(conv.geometry, np.int64)))
+        calls["prologue"] = f"    im2col_nchw({', '.join(ps)})\n"
+    elif step.prologue is not None and shift is None:
+        calls["prologue"] = _kernel_call("prologue", step.prologue, kernel_fn, param, imports)
+    if step.epilogue is not None:
+        calls["epilogue"] = _kernel_call("epilogue", step.epilogue, kernel_fn, param, imports)
+    cin, beta = np.zeros(1, np.float32), np.float32(0)
+    if step.c:
+        cin, beta = views[step.c], np.float32(step.beta)
+        d[14:19] = step.m, step.n, step.ldd, step.ldc or step.ldd, step.stride_c or 0
+    source = _DRIVER.format(
+        imports="\n".join(imports),
+        params=", ".join(names) or "_unused=0",
+        prologue=calls["prologue"],
+        residual=_RESIDUAL if step.c else "",
+        epilogue=calls["epilogue"],
+        **{f: getattr(sg, f) for f in ("L_BASE", "C_BASE", "RES_BASE", "R_BASE")},
+    )
+    driver, _ = load_kernel(source, "cpu")
+    parts = numba.get_num_threads()  # also starts Numba's thread pool (see blas)
+    key = ("work", parts)
+    if key not in shared:
+        shared[key] = np.empty(sg.work_size(parts), np.float32)
+    rw = shared["rw"]
+    if len(rw) < sg.whole_r_size(step.m, step.n, step.k):
+        rw = rw[:0]
+    r, koff, phases, x = operands
+    args = (parts, g, d, views[step.a], lp, r, koff, phases, views[step.d], bias, res)
+    args += (shared[key],)
+    args += (rw, shared["qbuf"], x, cin, beta, *values)
+    return lambda: driver(*args)
+
+
+def _operands(
+    step: GemmStep, views: dict, constants: frozenset[str], shared: dict, shift: dict | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """(sgemm's parameters g, the driver's sizes d, packed L, (R, koff, phases, image))."""
+    g = np.zeros(sg.N_PARAMS, np.int64)
+    g[sg.K_DIM], g[sg.L_ROWS], g[sg.R_COLS] = step.k, step.m, step.n
+    g[sg.L_RS], g[sg.L_KS] = (1, step.lda) if step.trans_a else (step.lda, 1)
+    g[sg.C_RS], g[sg.C_CS], g[sg.RES_BASE] = step.ldd, 1, -1
+    lp, lstep, lsize, g[sg.L_PACKED] = _prepack(step, views[step.a], step.a in constants)
+    d = np.zeros(19, np.int64)  # the driver's sizes (see _DRIVER, _RESIDUAL)
+    d[:5] = step.batch, step.stride_a, step.stride_d, lstep, lsize
+    d[13] = step.stride_b
+    koff, x, phases = np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 4), np.int64)
+    if shift is not None:  # R: shifted windows of the padded image
+        geo = step.conv.geometry
+        r, koff, x, phases = shared["xpad"], shift["koff"], views[step.conv.x], shift["phases"]
+        g[sg.R_MODE], g[sg.R_COLS] = sg.R_SHIFTED, shift["cols"]
+        g[sg.C_WP], g[sg.C_OW] = shift["wp"], geo[13]
+        d[5:13] = 1, *geo[1:4], shift["top"], shift["left"], shift["hp"], shift["wp"]
+    else:  # R: the strided matrix B (a strided conv: its im2col, run first)
+        r = views[step.b]
+        g[sg.R_RS], g[sg.R_KS] = (step.ldb, 1) if step.trans_b else (1, step.ldb)
+    return g, d, lp, (r, koff, phases, x)
+
+
+def _store_epilogue(
+    step: GemmStep, views: dict, g: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, GemmStep]:
+    """(bias, residual, step): an epilogue of bias per row (+ residual) (+ Relu) moves into the
+    GEMM's store (``g``'s flags), and the step returned has no epilogue kernel left."""
+    bias, res = np.zeros(1, np.float32), np.zeros(1, np.float32)
+    pat = step.pattern
+    if pat and not step.c and pat.bias_axis in (None, "m") and pat.act in (None, "relu"):
+        if pat.bias:
+            bias, g[sg.BIAS] = views[pat.bias], 1
+        if pat.residual:
+            res, g[sg.RES_BASE] = views[pat.residual], 0
+        g[sg.RELU] = pat.act == "relu"
+        step = replace(step, epilogue=None)
+    return bias, res, step
+
+
+def _kernel_call(part: str, kstep: KernelStep, kernel_fn, param, imports: list[str]) -> str:
+    module, _, n, args = kernel_fn(kstep)
+    imports.append(f'{part} = sys.modules["{module}"].kernel')
+    ps = [param(np.int64(n))] + [param(v) for v in args]
+    return f"    {part}({', '.join(ps)})\n"

@@ -1,0 +1,115 @@
+"""The cpu runtime: one numpy arena, every step's arguments bound once, then a flat call list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...errors import IndexRangeError, ModelLoadError
+from ..kernels import load_kernel, module_name
+from ..plan import DeviceFeed, ExecutionPlan
+from ..steps import GemmStep, KernelStep
+from .gemm import choose_gemm
+from .own import shared_scratch
+
+
+def flat_views(
+    plan: ExecutionPlan, arena: np.ndarray, weights: np.ndarray
+) -> dict[str, np.ndarray]:
+    """A flat typed view into the arena (or weights) for every slot."""
+    views = {}
+    for name, s in plan.slots.items():
+        buf = arena if s.region == "arena" else weights
+        views[name] = buf[s.offset : s.offset + s.nbytes].view(s.dtype)
+    return views
+
+
+class CpuRuntime:
+    """Binds a plan to a numpy arena; ``run`` executes the bound calls in order."""
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        *,
+        precision: str = "fp32",
+        fused_steps: bool = True,
+        own_gemm: bool = True,
+    ):
+        """``fused_steps=False`` runs every GEMM step as prologue, numpy matmul, epilogue;
+        ``own_gemm=False`` keeps float32 GEMMs off pyforge's own sgemm (CBLAS drivers instead)."""
+        if precision != "fp32":
+            raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
+        halves = [n for n in _step_tensors(plan) if np.dtype(plan.slots[n].dtype) == np.float16]
+        if halves:  # a plan saved from compile(..., precision="fp16")
+            raise ModelLoadError(
+                f"the plan computes on float16 tensors ({halves[0]!r}...): it was compiled with "
+                "precision='fp16', which runs on the cuda target only"
+            )
+        self.plan = plan
+        self.arena = np.empty(max(plan.arena_bytes, 1), np.uint8)
+        self.views = flat_views(plan, self.arena, plan.weights)
+        self.kernel_paths: dict[str, str] = {}
+        self.calls: list[Callable[[], None]] = []
+        self.launches = 0
+        self._no_errors = np.zeros(1, np.int32)  # cuda's error word; cpu kernels raise instead
+        constants = frozenset(n for n, s in plan.slots.items() if s.region != "arena")
+        shared = shared_scratch(plan.steps)  # reused by every GEMM step (one runs at a time)
+        for step in plan.steps:
+            if isinstance(step, GemmStep):
+                call, launches = choose_gemm(
+                    step,
+                    self.views,
+                    self._bound,
+                    self._kernel,
+                    constants,
+                    shared,
+                    own_gemm=own_gemm,
+                    fused_steps=fused_steps,
+                )
+            else:
+                call, launches = self._kernel(step), 1
+            self.calls.append(call)
+            self.launches += launches
+
+    def _bound(self, step: KernelStep) -> tuple[str, Callable, int, tuple]:
+        """(module name, compiled kernel, n, arguments) of a kernel step."""
+        fn, path = load_kernel(self.plan.kernels[step.kernel]["cpu"], "cpu")
+        self.kernel_paths[step.kernel] = path
+        # "w" (a 16-byte view on cuda) is the plain tensor here
+        args = tuple(
+            self.views[v] if kind in "tw" else self._no_errors if kind == "e" else np.int64(v)
+            for kind, v in step.args
+        )
+        return module_name(path, "cpu"), fn, step.n, args
+
+    def _kernel(self, step: KernelStep) -> Callable[[], None]:
+        _, fn, n, args = self._bound(step)
+        return _kernel_call(fn, np.int64(n), args)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, arr in feeds.items():
+            if isinstance(arr, DeviceFeed):  # a GPU array given to the cpu target: bring it over
+                from numba import cuda
+
+                dev = arr.array
+                arr = (dev if arr.ptr is None else cuda.as_cuda_array(dev)).copy_to_host()
+            self.views[name][:] = np.ravel(arr)
+        for i, call in enumerate(self.calls):
+            try:
+                call()
+            except IndexError as e:  # a kernel's index check (KernelBuilder.check_range)
+                raise IndexRangeError(self.plan.steps[i].label or "kernel", str(e)) from None
+        return {
+            name: self.views[name].reshape(self.plan.slots[name].shape).copy()
+            for name in self.plan.outputs
+        }
+
+
+def _step_tensors(plan: ExecutionPlan) -> set[str]:
+    """Every tensor a step of the plan reads or writes (a constant output may be in none)."""
+    return {name for step in plan.steps for name in step.tensors()}
+
+
+def _kernel_call(fn, n, args) -> Callable[[], None]:
+    return lambda: fn(n, *args)

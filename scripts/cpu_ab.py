@@ -1,15 +1,14 @@
 """A/B on the cpu target in one process: two runtimes of one ResNet-50 plan, alternated.
 
-    python scripts/cpu_ab.py --flag pyforge.exec.cpu_gemm:OWN_SGEMM [--pairs 30] [--model resnet50]
+    python scripts/cpu_ab.py --flag own_gemm [--pairs 30] [--model resnet50]
 
-The flag (a module attribute) is True for runtime A and False for runtime B while each is bound;
-both then run alternately, so this VM's drifting speed hits both alike. Prints per-pair ratios.
+The flag (a boolean keyword of CpuRuntime) is True for runtime A and False for runtime B; both
+then run alternately, so this VM's drifting speed hits both alike. Prints per-pair ratios.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 
 import numpy as np
@@ -25,15 +24,13 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=30)
     ap.add_argument("--model", default="resnet50")
     args = ap.parse_args()
-    module, attr = args.flag.split(":")
-    mod = importlib.import_module(module)
+    attr = args.flag
     path = cached_model(args.model)
     feeds = random_inputs(path, seed=0)
     plan = pyforge.compile(path, target="cpu").runtime.plan
     runtimes = {}
     for value in (True, False):
-        setattr(mod, attr, value)
-        runtimes[value] = CpuRuntime(plan)
+        runtimes[value] = CpuRuntime(plan, **{attr: value})
     outs = {v: r.run(feeds) for v, r in runtimes.items()}
     for name in outs[True]:
         a, b = outs[True][name], outs[False][name]

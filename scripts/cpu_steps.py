@@ -27,7 +27,7 @@ def pyforge_steps(path: str, feeds: dict, runs: int) -> dict[str, float]:
     rt = model.runtime
     for name, arr in feeds.items():
         rt.views[name][:] = np.ravel(arr)
-    labels = [s.get("label") or s["kind"] for s in model.plan.steps]
+    labels = model.plan.step_labels()
     times = defaultdict(list)
     for _ in range(3):
         for call in rt.calls:

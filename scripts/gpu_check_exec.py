@@ -22,8 +22,8 @@ from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyforge.exec.cublaslt import LtGemm, lt
-from pyforge.exec.cuda_graph import CudaGraph, raw_stream
+from pyforge.exec.cuda.cublaslt import LtGemm, lt
+from pyforge.exec.cuda.graph import CudaGraph, raw_stream
 
 LINES: list[str] = []
 TABLE: list[tuple[str, str, str]] = []

@@ -17,7 +17,7 @@ from numba import cuda
 from onnx import helper, numpy_helper
 
 import pyforge
-from pyforge.exec.cuda_graph import CudaGraph
+from pyforge.exec.cuda.graph import CudaGraph
 from pyforge.models import cached_model, random_inputs
 
 # name, input C, input H=W, output C, kernel, stride
@@ -79,7 +79,7 @@ def time_call(rt, call, runs: int, capture: bool = True) -> float:
 
 
 def conv_step(model) -> int:
-    labels = [s.get("label", "") for s in model.plan.steps]
+    labels = [s.label for s in model.plan.steps]
     return next(i for i, lb in enumerate(labels) if lb.lower().startswith("conv"))
 
 
@@ -99,7 +99,7 @@ def bench_convs(tiles: list[str], runs: int) -> None:
             err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
             i = conv_step(m)
             us = time_call(m.runtime, m.runtime.calls[i], runs)
-            chosen = m.plan.steps[i]["label"].rsplit(" ", 1)[1] if tile == "auto" else ""
+            chosen = m.plan.steps[i].label.rsplit(" ", 1)[1] if tile == "auto" else ""
             cells.append(f"{us:7.1f}{' ' + chosen if chosen else ''}{' BAD' if err > 1e-4 else ''}")
             row.append(us)
         best = min(range(len(tiles)), key=lambda j: row[j + 1])

@@ -12,7 +12,8 @@ import collections
 import time
 
 import pyforge
-from pyforge.exec.cuda_graph import CudaGraph
+from pyforge.exec.cuda.graph import CudaGraph
+from pyforge.exec.steps import GemmStep
 from pyforge.models import cached_model, random_inputs
 
 
@@ -39,19 +40,12 @@ def main() -> None:
             g.replay()
         rt.stream.synchronize()
         us = (time.perf_counter() - t0) / args.reps * 1e6
-        kind = step["kind"]
-        if kind == "gemm":
-            kind = (
-                "gemm+" + "+".join(p for p in ("prologue", "epilogue") if step[p])
-                if (step["prologue"] or step["epilogue"])
-                else "gemm"
-            )
-        label = step.get("label", "")
-        shape = (
-            f"m{step['m']} n{step['n']} k{step['k']} b{step['batch']}"
-            if step["kind"] == "gemm"
-            else f"n={step['n']}"
-        )
+        gemm = isinstance(step, GemmStep)
+        kind = "gemm" if gemm else "kernel"
+        if gemm and (step.prologue or step.epilogue):
+            kind += "+" + "+".join(p for p in ("prologue", "epilogue") if getattr(step, p))
+        label = step.label
+        shape = f"m{step.m} n{step.n} k{step.k} b{step.batch}" if gemm else f"n={step.n}"
         rows.append((us, kind, label, shape))
         g.close()
     total = collections.Counter()

@@ -1,4 +1,4 @@
-"""ONNX -> IR: loading, per-op import rules, shape and dtype inference."""
+"""ONNX -> IR: loading, per-op import rules (``normalize/``), shape and dtype inference."""
 
 from .importer import import_onnx, load_model
 

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops import OPS, infer_node
+from .normalize import NORMALIZE
 
 # Ops never folded even with constant inputs (none yet; kept for ops with side effects later).
 _NO_FOLD: set[str] = set()
@@ -202,8 +203,9 @@ def import_onnx(
         except KeyError as e:
             raise ShapeError(onode.op_type, name, f"input {e.args[0]!r} is never defined") from None
         node = Node(onode.op_type, inputs, [], attrs, name, opset)
-        if opdef.normalize is not None:
-            opdef.normalize(node)
+        rule = NORMALIZE.get(onode.op_type)
+        if rule is not None:
+            rule(node)
         n_out = len(onode.output)
         live_inputs = [v for v in node.inputs if v is not None]
         foldable = opdef.shape_only or all(v.const is not None for v in live_inputs)

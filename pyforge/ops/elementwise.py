@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import broadcast_shapes, const_input, register
+from .registry import broadcast_shapes, register
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -122,14 +122,6 @@ FLOAT_ONLY = set(UNARY) - {"Relu", "Neg", "Abs", "Identity", "Sign", "Not", "Bit
 FLOAT_ONLY -= {"Floor", "Ceil", "Round", "IsNaN", "IsInf"}
 
 
-def _clip_normalize(node: Node) -> None:
-    if node.opset >= 11:
-        for i, key in ((1, "min"), (2, "max")):
-            arr = const_input(node, i, key, required=False)
-            node.attrs[key] = None if arr is None else float(arr)
-        node.inputs = node.inputs[:1]
-
-
 def _unary(op: str, fn):
     def evaluate(node: Node, xs):
         x = xs[0]
@@ -170,36 +162,6 @@ def _infer_binary(node: Node):
     return [(shape, _out_dtype(node.op, [v.dtype for v in xs]))]
 
 
-def _binary_normalize(node: Node) -> None:
-    from .registry import fail
-
-    if node.attrs.get("broadcast") and node.attrs.get("axis") is not None:
-        fail(node, "legacy broadcast with an axis attribute (opset < 7)")
-    if node.opset < 7 and not node.attrs.get("broadcast"):
-        shapes = {v.shape for v in node.inputs if v is not None}
-        if len(shapes) > 1 and node.op not in VARIADIC:
-            fail(node, "opset < 7 without broadcast=1 needs equal shapes")
-    node.attrs.pop("broadcast", None)
-    node.attrs.pop("consumed_inputs", None)
-    node.inputs = [v for v in node.inputs if v is not None]
-    if node.op == "Mod" and not node.attrs["fmod"] and node.inputs[0].dtype.kind == "f":
-        fail(node, "fmod=0 on floats is invalid ONNX")
-    if node.op == "PRelu" and node.inputs[0].shape != broadcast_shapes(
-        node, node.inputs[0].shape, node.inputs[1].shape
-    ):
-        fail(node, "slope broadcasting beyond the input shape")
-
-
-def _unary_normalize(node: Node) -> None:
-    from .registry import fail
-
-    node.attrs.pop("consumed_inputs", None)
-    if node.op in FLOAT_ONLY and node.inputs[0].dtype.kind != "f":
-        fail(node, f"{node.inputs[0].dtype} input (float only)")
-    if node.op == "Clip":
-        _clip_normalize(node)
-
-
 def _infer_unary(node: Node):
     x = node.inputs[0]
     return [(x.shape, _out_dtype(node.op, [x.dtype]))]
@@ -210,7 +172,6 @@ for _name, _fn in UNARY.items():
         _name,
         _unary(_name, _fn),
         _infer_unary,
-        _unary_normalize,
         const_inputs=(1, 2) if _name == "Clip" else (),
         kind="view" if _name == "Identity" else "elementwise",
         half="follow" if _name in HALF_FOLLOW else None,
@@ -221,7 +182,6 @@ for _name, _fn in BINARY.items():
         _name,
         _binary(_name, _fn),
         _infer_binary,
-        _binary_normalize,
         kind="elementwise",
         half="follow" if _name in HALF_FOLLOW else None,
     )

@@ -5,17 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import bad_attr, check_const_indices, register
-
-
-def _gathernd_normalize(node: Node) -> None:
-    data, ind = node.inputs
-    b = int(node.attrs["batch_dims"])
-    r = ind.shape[-1] if ind.shape else 0
-    if not ind.shape or b + r > len(data.shape) or tuple(ind.shape[:b]) != tuple(data.shape[:b]):
-        bad_attr(node, f"indices {ind.shape} do not fit data {data.shape} with batch_dims={b}")
-    check_const_indices(node, 1, data.shape[b : b + r])
-    node.attrs = {"batch_dims": b}
+from .registry import register
 
 
 def _gathernd_infer(node: Node):
@@ -40,7 +30,6 @@ register(
     "GatherND",
     _gathernd_eval,
     _gathernd_infer,
-    _gathernd_normalize,
     kind="injective",
     epilogue=True,
 )

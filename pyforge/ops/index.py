@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import bad_attr, const_input, fail, norm_axis, normalize_gather, register
+from .registry import register
 
 # -- folded from constant inputs ----------------------------------------------------------------
 
@@ -38,34 +38,14 @@ register("EyeLike", _eyelike_eval, shape_only=True, kind="opaque")
 
 # -- Expand, Tile -------------------------------------------------------------------------------
 
-
-def _expand_normalize(node: Node) -> None:
-    shape = [int(d) for d in const_input(node, 1, "shape")]
-    node.inputs = node.inputs[:1]
-    x = node.inputs[0].shape
-    try:
-        out = np.broadcast_shapes(tuple(x), tuple(shape))
-    except ValueError:
-        bad_attr(node, f"cannot expand {x} to {shape}")
-    node.attrs = {"shape": [int(d) for d in out]}
-
-
 register(
     "Expand",
     lambda n, xs: [np.broadcast_to(xs[0], n.attrs["shape"]).copy()],
     lambda n: [(tuple(n.attrs["shape"]), n.inputs[0].dtype)],
-    _expand_normalize,
     const_inputs=(1,),
     kind="injective",
     epilogue=True,
 )
-
-
-def _tile_normalize(node: Node) -> None:
-    node.attrs = {"repeats": [int(d) for d in const_input(node, 1, "repeats")]}
-    node.inputs = node.inputs[:1]
-    if len(node.attrs["repeats"]) != len(node.inputs[0].shape):
-        bad_attr(node, "repeats length differs from the input rank")
 
 
 register(
@@ -77,36 +57,12 @@ register(
             n.inputs[0].dtype,
         )
     ],
-    _tile_normalize,
     const_inputs=(1,),
     kind="injective",
     epilogue=True,
 )
 
 # -- Pad ----------------------------------------------------------------------------------------
-
-
-def _pad_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    rank = len(x.shape)
-    if node.opset >= 11:
-        pads = [int(p) for p in const_input(node, 1, "pads")]
-        value = const_input(node, 2, "constant_value", required=False)
-        axes = const_input(node, 3, "axes", required=False)
-    else:
-        pads, value, axes = list(node.attr("pads")), node.attr("value", 0.0), None
-    axes = list(range(rank)) if axes is None else [norm_axis(node, int(a), rank) for a in axes]
-    full = [0] * (2 * rank)
-    for i, a in enumerate(axes):
-        full[a], full[a + rank] = pads[i], pads[i + len(axes)]
-    mode = node.attrs["mode"]
-    if mode not in ("constant", "reflect", "edge", "wrap"):
-        bad_attr(node, f"mode {mode!r}")
-    if any(p < 0 for p in full):
-        fail(node, "negative pads (cropping)")
-    value = 0 if value is None else np.asarray(value).reshape(-1)
-    node.attrs = {"pads": full, "mode": mode, "value": float(value[0]) if np.size(value) else 0.0}
-    node.inputs = node.inputs[:1]
 
 
 def _pad_eval(node: Node, xs):
@@ -129,7 +85,6 @@ register(
     "Pad",
     _pad_eval,
     _pad_infer,
-    _pad_normalize,
     const_inputs=(1, 2, 3),
     kind="injective",
     epilogue=True,
@@ -149,32 +104,11 @@ register(
     "GatherElements",
     _gather_elements_eval,
     lambda n: [(n.inputs[1].shape, n.inputs[0].dtype)],
-    normalize_gather,
     kind="injective",
     epilogue=True,
 )
 
 # -- Split --------------------------------------------------------------------------------------
-
-
-def _split_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
-    split = node.attr("split")
-    if node.opset >= 13:
-        arr = const_input(node, 1, "split", required=False)
-        split = None if arr is None else [int(s) for s in arr]
-    n_out = node.attr("num_outputs") or node.attr("n_outputs")
-    if split is None:
-        n = int(n_out) if n_out else None
-        if n is None:
-            bad_attr(node, "Split needs split sizes or num_outputs")
-        size = -(-x.shape[axis] // n)
-        split = [size] * (n - 1) + [x.shape[axis] - size * (n - 1)]
-    if sum(split) != x.shape[axis] or any(s < 0 for s in split):
-        bad_attr(node, f"split {split} does not cover axis {axis} of {x.shape}")
-    node.attrs = {"axis": axis, "split": split}
-    node.inputs = node.inputs[:1]
 
 
 def _split_eval(node: Node, xs):
@@ -196,7 +130,6 @@ register(
     "Split",
     _split_eval,
     _split_infer,
-    _split_normalize,
     const_inputs=(1,),
     split_outputs=True,
     kind="injective",
@@ -226,25 +159,10 @@ def _d2s_eval(node: Node, xs):
     return [y.reshape(n, c // (b * b), h * b, w * b)]
 
 
-def _d2s_normalize(node: Node) -> None:
-    if len(node.inputs[0].shape) != 4:
-        fail(node, "input rank other than 4")
-    mode = node.attrs["mode"]
-    if mode not in ("DCR", "CRD"):
-        bad_attr(node, f"mode {mode!r}")
-    node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": mode}
-
-
-register("DepthToSpace", _d2s_eval, None, _d2s_normalize, kind="injective", epilogue=True)
-register("SpaceToDepth", _d2s_eval, None, _d2s_normalize, kind="injective", epilogue=True)
+register("DepthToSpace", _d2s_eval, kind="injective", epilogue=True)
+register("SpaceToDepth", _d2s_eval, kind="injective", epilogue=True)
 
 # -- Trilu, OneHot ------------------------------------------------------------------------------
-
-
-def _trilu_normalize(node: Node) -> None:
-    k = const_input(node, 1, "k", required=False)
-    node.attrs = {"k": 0 if k is None else int(np.ravel(k)[0]), "upper": int(node.attrs["upper"])}
-    node.inputs = node.inputs[:1]
 
 
 def _trilu_eval(node: Node, xs):
@@ -256,25 +174,10 @@ register(
     "Trilu",
     _trilu_eval,
     lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
-    _trilu_normalize,
     const_inputs=(1,),
     kind="injective",
     epilogue=True,
 )
-
-
-def _onehot_normalize(node: Node) -> None:
-    depth = int(np.ravel(const_input(node, 1, "depth"))[0])
-    values = const_input(node, 2, "values")
-    rank = len(node.inputs[0].shape) + 1
-    node.attrs = {
-        "axis": norm_axis(node, int(node.attrs["axis"]), rank),
-        "depth": depth,
-        "off": values[0].item(),
-        "on": values[1].item(),
-        "dtype": np.dtype(values.dtype),
-    }
-    node.inputs = node.inputs[:1]
 
 
 def _onehot_eval(node: Node, xs):
@@ -295,23 +198,12 @@ register(
     "OneHot",
     _onehot_eval,
     _onehot_infer,
-    _onehot_normalize,
     const_inputs=(1, 2),
     kind="injective",
     epilogue=True,
 )
 
 # -- CumSum, TopK, Hardmax: one row along an axis per kernel iteration ---------------------------
-
-
-def _cumsum_normalize(node: Node) -> None:
-    axis = int(np.ravel(const_input(node, 1, "axis"))[0])
-    node.attrs = {
-        "axis": norm_axis(node, axis, len(node.inputs[0].shape)),
-        "exclusive": int(node.attrs["exclusive"]),
-        "reverse": int(node.attrs["reverse"]),
-    }
-    node.inputs = node.inputs[:1]
 
 
 def _cumsum_eval(node: Node, xs):
@@ -328,22 +220,10 @@ register(
     "CumSum",
     _cumsum_eval,
     lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
-    _cumsum_normalize,
     const_inputs=(1,),
     kind="reduce",
     epilogue=True,
 )
-
-
-def _topk_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    k = int(np.ravel(const_input(node, 1, "k"))[0]) if node.opset >= 10 else int(node.attr("k"))
-    axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
-    if not 0 <= k <= x.shape[axis]:
-        bad_attr(node, f"k={k} out of range for axis {axis} of {x.shape}")
-    node.attrs = {"k": k, "axis": axis, "largest": int(node.attrs["largest"])}
-    node.attrs["sorted"] = int(node.attrs["sorted"])
-    node.inputs = node.inputs[:1]
 
 
 def _topk_eval(node: Node, xs):
@@ -373,19 +253,11 @@ register(
     "TopK",
     _topk_part_eval,
     _topk_part_infer,
-    _topk_normalize,
     const_inputs=(1,),
     split_outputs=True,
     kind="reduce",
     epilogue=True,
 )
-
-
-def _hardmax_normalize(node: Node) -> None:
-    rank = len(node.inputs[0].shape)
-    if node.opset < 13:
-        fail(node, "opset < 13 (2-d coercion)")
-    node.attrs = {"axis": norm_axis(node, int(node.attrs["axis"]), rank)}
 
 
 def _hardmax_eval(node: Node, xs):
@@ -400,25 +272,10 @@ register(
     "Hardmax",
     _hardmax_eval,
     lambda n: [(n.inputs[0].shape, n.inputs[0].dtype)],
-    _hardmax_normalize,
     kind="rows",
     epilogue=True,
 )
 
 # -- Dropout: the identity at inference ----------------------------------------------------------
 
-
-def _dropout_normalize(node: Node) -> None:
-    training = const_input(node, 2, "training_mode", required=False)
-    # before opset 7 an is_test=0 flag asked for training; inference is the identity either way,
-    # as ORT runs it
-    if training is not None and bool(np.ravel(training)[0]):
-        fail(node, "training_mode=1 (random masks)")
-    node.inputs = node.inputs[:1]
-    node.attrs = {}
-    node.op = "Identity"
-
-
-register(
-    "Dropout", lambda n, xs: [xs[0]], None, _dropout_normalize, const_inputs=(1, 2), kind="view"
-)
+register("Dropout", lambda n, xs: [xs[0]], const_inputs=(1, 2), kind="view")

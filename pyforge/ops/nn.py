@@ -6,32 +6,9 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Node
-from .registry import bad_attr, fail, norm_axis, register, same_as_input
+from .registry import register, same_as_input
 
 # -- window geometry shared by Conv and the pools -----------------------------------------------
-
-
-def _window_attrs(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> None:
-    """Normalise strides/pads/dilations/auto_pad into explicit per-axis lists."""
-    nd = len(kernel)
-    strides = list(node.attr("strides") or [1] * nd)
-    dilations = list(node.attr("dilations") or [1] * nd)
-    pads = list(node.attr("pads") or [0] * (2 * nd))
-    auto_pad = node.attrs.pop("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
-        bad_attr(node, f"strides/dilations/pads do not match a {nd}-d kernel")
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        for i in range(nd):
-            out = -(-spatial[i] // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i])
-            small, big = total // 2, total - total // 2
-            pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    elif auto_pad == "VALID":
-        pads = [0] * (2 * nd)
-    elif auto_pad not in ("NOTSET", ""):
-        bad_attr(node, f"auto_pad={auto_pad!r}")
-    node.attrs.update(kernel_shape=list(kernel), strides=strides, dilations=dilations, pads=pads)
 
 
 def window_out_shape(node: Node, spatial: tuple[int, ...]) -> tuple[int, ...]:
@@ -75,17 +52,6 @@ def _patches(node: Node, x: np.ndarray, pad_value: float) -> np.ndarray:
 # -- Conv ---------------------------------------------------------------------------------------
 
 
-def _conv_normalize(node: Node) -> None:
-    x, w = node.inputs[0], node.inputs[1]
-    if len(x.shape) < 3:
-        bad_attr(node, f"input rank {len(x.shape)} < 3")
-    kernel = tuple(node.attr("kernel_shape") or w.shape[2:])
-    _window_attrs(node, x.shape[2:], kernel)
-    node.attrs["group"] = int(node.attrs["group"])
-    if x.shape[1] != w.shape[1] * node.attrs["group"]:
-        raise ShapeError(node.op, node.name, f"input channels {x.shape[1]} != {w.shape[1]} x group")
-
-
 def _conv_infer(node: Node):
     x, w = node.inputs[0], node.inputs[1]
     return [((x.shape[0], w.shape[0], *window_out_shape(node, x.shape[2:])), x.dtype)]
@@ -113,7 +79,6 @@ register(
     "Conv",
     _conv_eval,
     _conv_infer,
-    _conv_normalize,
     kind="gemm",
     epilogue=True,
     half="compute",
@@ -121,20 +86,6 @@ register(
 )
 
 # -- pools --------------------------------------------------------------------------------------
-
-
-def _pool_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    if len(x.shape) > 4:
-        fail(node, f"{len(x.shape) - 2}-d pooling")
-    if len(node.outputs) > 1:
-        fail(node, "the Indices output of MaxPool")
-    # shared by MaxPool, AveragePool and LpPool: an attribute the op lacks means "off"
-    if node.attrs.get("storage_order"):
-        fail(node, "storage_order=1")
-    _window_attrs(node, x.shape[2:], tuple(node.attr("kernel_shape")))
-    node.attrs["ceil_mode"] = int(node.attrs.get("ceil_mode", 0))
-    node.attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
 
 
 def _pool_infer(node: Node):
@@ -169,7 +120,6 @@ register(
     "MaxPool",
     _maxpool_eval,
     _pool_infer,
-    _pool_normalize,
     kind="window",
     epilogue=True,
     half="follow",
@@ -179,7 +129,6 @@ register(
     "AveragePool",
     _avgpool_eval,
     _pool_infer,
-    _pool_normalize,
     kind="window",
     epilogue=True,
     half="follow",
@@ -214,16 +163,6 @@ register(
 # -- BatchNormalization -------------------------------------------------------------------------
 
 
-def _bn_normalize(node: Node) -> None:
-    if node.attrs["training_mode"]:
-        fail(node, "training_mode=1")
-    if any(o is not None and o.name for o in node.outputs[1:]):
-        node.outputs = node.outputs[:1]  # running stats outputs are only meaningful in training
-    node.attrs["epsilon"] = float(node.attrs["epsilon"])
-    node.attrs.pop("momentum", None)
-    node.attrs.pop("spatial", None)
-
-
 def _bn_eval(node: Node, xs):
     x, scale, bias, mean, var = xs
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -231,18 +170,9 @@ def _bn_eval(node: Node, xs):
     return [(x * k.reshape(shape) + (bias - mean * k).reshape(shape)).astype(x.dtype)]
 
 
-register("BatchNormalization", _bn_eval, same_as_input(), _bn_normalize, kind="opaque")
+register("BatchNormalization", _bn_eval, same_as_input(), kind="opaque")
 
 # -- Gemm and MatMul ----------------------------------------------------------------------------
-
-
-def _gemm_normalize(node: Node) -> None:
-    node.attrs = {
-        "alpha": float(node.attrs["alpha"]),
-        "beta": float(node.attrs["beta"]),
-        "transA": int(node.attrs["transA"]),
-        "transB": int(node.attrs["transB"]),
-    }
 
 
 def _gemm_dims(node: Node) -> tuple[int, int, int]:
@@ -271,9 +201,7 @@ def _gemm_eval(node: Node, xs):
     return [y.astype(xs[0].dtype)]
 
 
-register(
-    "Gemm", _gemm_eval, _gemm_infer, _gemm_normalize, kind="gemm", epilogue=True, half="compute"
-)
+register("Gemm", _gemm_eval, _gemm_infer, kind="gemm", epilogue=True, half="compute")
 
 
 def _matmul_infer(node: Node):
@@ -309,13 +237,6 @@ register(
 # -- Softmax family -----------------------------------------------------------------------------
 
 
-def _softmax_normalize(node: Node) -> None:
-    rank = len(node.inputs[0].shape)
-    node.attrs["axis"] = norm_axis(node, int(node.attrs["axis"]), rank)
-    # before opset 13 the input is coerced to 2-d at `axis`: reduce over all trailing dims
-    node.attrs["flatten"] = int(node.opset < 13)
-
-
 def _softmax_axes(node: Node, ndim: int) -> tuple[int, ...]:
     a = node.attrs["axis"]
     return tuple(range(a, ndim)) if node.attrs["flatten"] else (a,)
@@ -331,15 +252,10 @@ def _softmax_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("Softmax", _softmax_eval, same_as_input(), _softmax_normalize, kind="rows")
-register("LogSoftmax", _softmax_eval, same_as_input(), _softmax_normalize, kind="rows")
+register("Softmax", _softmax_eval, same_as_input(), kind="rows")
+register("LogSoftmax", _softmax_eval, same_as_input(), kind="rows")
 
 # -- LpPool and ConvTranspose -------------------------------------------------------------------
-
-
-def _lppool_normalize(node: Node) -> None:
-    _pool_normalize(node)
-    node.attrs["p"] = int(node.attrs["p"])
 
 
 def _lppool_eval(node: Node, xs):
@@ -349,45 +265,7 @@ def _lppool_eval(node: Node, xs):
     return [(s ** (1.0 / node.attrs["p"])).astype(x.dtype)]
 
 
-register("LpPool", _lppool_eval, _pool_infer, _lppool_normalize, kind="window", epilogue=True)
-
-
-def _convt_normalize(node: Node) -> None:
-    x, w = node.inputs[0], node.inputs[1]
-    nd = len(x.shape) - 2
-    if nd not in (1, 2):
-        fail(node, f"{nd}-d transposed convolution")
-    g = int(node.attrs["group"])
-    kernel = list(node.attr("kernel_shape") or w.shape[2:])
-    strides = list(node.attr("strides") or [1] * nd)
-    dil = list(node.attr("dilations") or [1] * nd)
-    out_pad = list(node.attr("output_padding") or [0] * nd)
-    auto_pad = node.attrs["auto_pad"]
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    pads = node.attr("pads")
-    out_shape = node.attr("output_shape")
-    span = [(kernel[i] - 1) * dil[i] + 1 for i in range(nd)]
-    full = [strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + span[i] for i in range(nd)]
-    if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out_shape = list(out_shape or [x.shape[2 + i] * strides[i] for i in range(nd)])
-        total = [full[i] - out_shape[i] for i in range(nd)]
-        small = [t // 2 for t in total]
-        big = [t - t // 2 for t in total]
-        pads = small + big if auto_pad == "SAME_UPPER" else big + small
-    else:
-        pads = list(pads or [0] * (2 * nd))
-        if out_shape is None:
-            out_shape = [full[i] - pads[i] - pads[i + nd] for i in range(nd)]
-    if x.shape[1] != w.shape[0] or x.shape[1] % g:
-        raise ShapeError(node.op, node.name, f"input channels {x.shape[1]} vs weight {w.shape}")
-    node.attrs = {
-        "kernel_shape": kernel,
-        "strides": strides,
-        "dilations": dil,
-        "pads": pads,
-        "group": g,
-        "out_shape": list(out_shape),
-    }
+register("LpPool", _lppool_eval, _pool_infer, kind="window", epilogue=True)
 
 
 def _convt_infer(node: Node):
@@ -419,7 +297,7 @@ def _convt_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("ConvTranspose", _convt_eval, _convt_infer, _convt_normalize, kind="window", epilogue=True)
+register("ConvTranspose", _convt_eval, _convt_infer, kind="window", epilogue=True)
 
 # -- channels-last twins, made by the nhwc_layout pass (their outputs come shaped) -------------
 

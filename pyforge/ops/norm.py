@@ -6,15 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import bad_attr, fail, norm_axis, register, same_as_input
-
-
-def _norm_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    node.attrs = {
-        "axis": norm_axis(node, int(node.attrs["axis"]), len(x.shape)),
-        "epsilon": float(node.attrs["epsilon"]),
-    }
+from .registry import register, same_as_input
 
 
 def _stats(node: Node, x: np.ndarray):
@@ -51,34 +43,14 @@ register(
     "LayerNormalization",
     _norm_eval,
     _norm_infer,
-    _norm_normalize,
     split_outputs=True,
     kind="rows",
     epilogue=True,
 )
-register("RMSNormalization", _norm_eval, _norm_infer, _norm_normalize, kind="rows", epilogue=True)
+register("RMSNormalization", _norm_eval, _norm_infer, kind="rows", epilogue=True)
 
 
 # -- channel normalizations: GroupNormalization, InstanceNormalization (groups = channels), LRN --
-
-
-def _group_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    if len(x.shape) < 3:
-        bad_attr(node, f"input rank {len(x.shape)} < 3")
-    c = x.shape[1]
-    groups = c if node.op == "InstanceNormalization" else int(node.attr("num_groups"))
-    if groups <= 0 or c % groups:
-        bad_attr(node, f"{c} channels do not split into {groups} groups")
-    # opset 18 GroupNormalization scales per group; from opset 21 (and Instance-) per channel
-    per_group = node.op == "GroupNormalization" and node.opset < 21
-    if node.op == "GroupNormalization" and int(node.attrs["stash_type"]) != 1:
-        fail(node, "stash_type other than float32")
-    node.attrs = {
-        "groups": groups,
-        "epsilon": float(node.attrs["epsilon"]),
-        "per_group": int(per_group),
-    }
 
 
 def _group_eval(node: Node, xs):
@@ -94,31 +66,14 @@ def _group_eval(node: Node, xs):
     return [(y * scale.reshape(shape) + bias.reshape(shape)).astype(x.dtype)]
 
 
-register(
-    "GroupNormalization", _group_eval, same_as_input(), _group_normalize, kind="rows", epilogue=True
-)
+register("GroupNormalization", _group_eval, same_as_input(), kind="rows", epilogue=True)
 register(
     "InstanceNormalization",
     _group_eval,
     same_as_input(),
-    _group_normalize,
     kind="rows",
     epilogue=True,
 )
-
-
-def _lrn_normalize(node: Node) -> None:
-    if len(node.inputs[0].shape) < 2:
-        bad_attr(node, "LRN input rank < 2")
-    size = int(node.attr("size"))
-    if size <= 0:
-        bad_attr(node, f"size={size}")
-    node.attrs = {
-        "size": size,
-        "alpha": float(node.attrs["alpha"]),
-        "beta": float(node.attrs["beta"]),
-        "bias": float(node.attrs["bias"]),
-    }
 
 
 def _lrn_eval(node: Node, xs):
@@ -134,4 +89,4 @@ def _lrn_eval(node: Node, xs):
     return [y.astype(x.dtype)]
 
 
-register("LRN", _lrn_eval, same_as_input(), _lrn_normalize, kind="window", epilogue=True)
+register("LRN", _lrn_eval, same_as_input(), kind="window", epilogue=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import const_input, norm_axis, register
+from .registry import register
 
 # op -> (numpy reduction of (x, axes) with keepdims, opset from which axes is an input)
 REDUCE = {
@@ -46,21 +46,6 @@ def _logsumexp(x: np.ndarray, axes) -> np.ndarray:
     return np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
 
 
-def _reduce_normalize(node: Node) -> None:
-    x = node.inputs[0]
-    rank = len(x.shape)
-    if node.opset >= REDUCE[node.op][1]:
-        arr = const_input(node, 1, "axes", required=False)
-        axes = None if arr is None or arr.size == 0 else [int(a) for a in np.ravel(arr)]
-        node.inputs = node.inputs[:1]
-    else:
-        axes = node.attr("axes")
-    if axes is None or len(axes) == 0:
-        axes = [] if node.attrs["noop_with_empty_axes"] else list(range(rank))
-    axes = sorted({norm_axis(node, int(a), rank) for a in axes})
-    node.attrs = {"axes": axes, "keepdims": int(node.attrs["keepdims"])}
-
-
 def _out_shape(node: Node, shape: tuple[int, ...]) -> tuple[int, ...]:
     axes, keep = node.attrs["axes"], node.attrs["keepdims"]
     return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
@@ -84,20 +69,10 @@ for _op in REDUCE:
         _op,
         _reduce_eval,
         _reduce_infer,
-        _reduce_normalize,
         const_inputs=(1,),
         kind="reduce",
         epilogue=True,
     )
-
-
-def _arg_normalize(node: Node) -> None:
-    rank = len(node.inputs[0].shape)
-    node.attrs = {
-        "axes": [norm_axis(node, int(node.attrs["axis"]), rank)],
-        "keepdims": int(node.attrs["keepdims"]),
-        "select_last_index": int(node.attrs["select_last_index"]),
-    }
 
 
 def _arg_eval(node: Node, xs):
@@ -115,5 +90,5 @@ def _arg_infer(node: Node):
     return [(_out_shape(node, node.inputs[0].shape), np.dtype(np.int64))]
 
 
-register("ArgMax", _arg_eval, _arg_infer, _arg_normalize, kind="reduce", epilogue=True)
-register("ArgMin", _arg_eval, _arg_infer, _arg_normalize, kind="reduce", epilogue=True)
+register("ArgMax", _arg_eval, _arg_infer, kind="reduce", epilogue=True)
+register("ArgMin", _arg_eval, _arg_infer, kind="reduce", epilogue=True)

@@ -1,9 +1,10 @@
-"""The op registry: one entry per ONNX op with its import rule, shape rule and numpy reference.
+"""The op registry: one entry per op with its shape rule, numpy reference, kind and flags.
 
-``normalize(node)`` turns opset-specific forms into one canonical node (constant inputs such as
-Reshape's shape or Clip's bounds become attributes); ``infer(node)`` gives output (shape, dtype)
-pairs; ``evaluate(node, arrays)`` computes outputs with numpy, used for constant folding and as the
-cpu fallback of ops that have no generated kernel.
+Rules see canonical nodes: the frontend (``pyforge/frontend/normalize``) has already turned ONNX's
+opset-specific forms into one (constant inputs such as Reshape's shape or Clip's bounds are
+attributes). ``infer(node)`` gives output (shape, dtype) pairs; ``evaluate(node, arrays)``
+computes outputs with numpy, used for constant folding and as the cpu fallback of ops that have
+no generated kernel.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from ..ir import Node, Value
 
 Infer = Callable[[Node], list[tuple[tuple[int, ...], np.dtype]]]
 Evaluate = Callable[[Node, list], list[np.ndarray]]
-Normalize = Callable[[Node], None]
 
 
 # What an op's computation looks like, in the spirit of TVM's op patterns; passes read this.
@@ -47,7 +47,6 @@ class OpDef:
     name: str
     evaluate: Evaluate | None = None
     infer: Infer | None = None
-    normalize: Normalize | None = None
     kind: str = "opaque"
     epilogue: bool = False
     half: str | None = None
@@ -74,10 +73,9 @@ def register(
     name: str,
     evaluate: Evaluate | None = None,
     infer: Infer | None = None,
-    normalize: Normalize | None = None,
     **facts,
 ) -> OpDef:
-    OPS[name] = OpDef(name, evaluate, infer, normalize, **facts)
+    OPS[name] = OpDef(name, evaluate, infer, **facts)
     return OPS[name]
 
 
@@ -103,26 +101,6 @@ def bad_attr(node: Node, detail: str) -> None:
     raise BadAttributeError(node.op, node.name, detail)
 
 
-def const_input(node: Node, index: int, what: str, required: bool = True) -> np.ndarray | None:
-    """The value of a constant input, or a clear error when it is computed at run time."""
-    v = node.inputs[index] if index < len(node.inputs) else None
-    if v is None:
-        if required:
-            bad_attr(node, f"missing input {index} ({what})")
-        return None
-    if v.const is None:
-        fail(node, f"input {index} ({what}) must be a constant; data-dependent {what} is refused")
-    return v.const
-
-
-def take_const_inputs(node: Node, names: list[str], first: int = 1) -> None:
-    """Move constant inputs ``first..`` into attrs under ``names`` (None where absent)."""
-    for i, key in enumerate(names, start=first):
-        arr = const_input(node, i, key, required=False)
-        node.attrs[key] = None if arr is None else arr.tolist()
-    node.inputs = node.inputs[:first]
-
-
 def broadcast_shapes(node: Node, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))
@@ -134,30 +112,6 @@ def norm_axis(node: Node, axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         bad_attr(node, f"axis {axis} out of range for rank {rank}")
     return axis % rank if rank else 0
-
-
-def normalize_axis_attr(node: Node) -> None:
-    """The ``axis`` attribute (default 0) made non-negative against the first input's rank."""
-    node.attrs["axis"] = norm_axis(node, int(node.attrs["axis"]), len(node.inputs[0].shape))
-
-
-def check_const_indices(node: Node, index: int, dims) -> None:
-    """Constant indices outside [-dim, dim) are a model error, refused at compile time
-    (``dims`` is one size, or one per index column along the last axis, as in GatherND)."""
-    v = node.inputs[index] if index < len(node.inputs) else None
-    if v is None or v.const is None or not np.size(v.const):
-        return
-    d = np.broadcast_to(np.asarray(dims, np.int64), np.shape(v.const))
-    bad = (v.const < -d) | (v.const >= d)
-    if bad.any():
-        at = tuple(int(i) for i in np.argwhere(bad)[0])
-        bad_attr(node, f"index {v.const[at]} at {list(at)} is out of range [-{d[at]}, {d[at]})")
-
-
-def normalize_gather(node: Node) -> None:
-    """Gather and GatherElements: axis made non-negative, constant indices checked."""
-    normalize_axis_attr(node)
-    check_const_indices(node, 1, node.inputs[0].shape[node.attrs["axis"]])
 
 
 def same_as_input(index: int = 0) -> Infer:

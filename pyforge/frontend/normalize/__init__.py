@@ -1,0 +1,10 @@
+"""ONNX's opset forms -> one canonical node per op, before any rule of ``pyforge.ops`` sees it.
+
+``NORMALIZE[op](node)`` rewrites the node in place; ``@normalizes("Reshape", ...)`` registers a
+rule. One module per op family, mirroring ``pyforge/ops``.
+"""
+
+from . import einsum, elementwise, gathernd, index, nn, norm, reduce, resize, shape  # noqa: F401
+from .common import NORMALIZE, normalizes
+
+__all__ = ["NORMALIZE", "normalizes"]

@@ -186,20 +186,7 @@ def bind_blas_step(
         values.append(value)
         return names[-1]
 
-    imports, calls = [], {}
-    conv = step.conv
-    if conv and views[conv.x].dtype == dtype:  # the row-copy im2col in place of the kernel
-        imports.append("from pyforge.exec.cpu.conv import im2col_nchw")
-        ps = [param(views[conv.x], "x"), param(views[conv.col], "x")]
-        ps.append(param(np.array(conv.geometry, np.int64), "x"))
-        calls["prologue"] = f"    im2col_nchw({', '.join(ps)})\n"
-    for part, kstep in (("prologue", step.prologue), ("epilogue", step.epilogue)):
-        if kstep is None or part in calls:
-            continue
-        module, _, n, args = kernel_fn(kstep)
-        imports.append(f'{part} = sys.modules["{module}"].kernel')
-        ps = [param(np.int64(n), "n")] + [param(v, "x") for v in args]
-        calls[part] = f"    {part}({', '.join(ps)})\n"
+    imports, calls = _part_calls(step, views, kernel_fn, param)
     for t, tensor in (("a", step.a), ("b", step.b), ("d", step.d)):
         names.append(t)
         values.append(views[tensor])
@@ -245,25 +232,38 @@ def bind_blas_step(
     # and that code needs Numba's thread pool: nothing starts the pool when no parallel kernel was
     # called from Python first (a segfault on the first conv). get_num_threads() starts it.
     numba.get_num_threads()
-    g = np.array(
-        [
-            step.m,
-            step.n,
-            step.k,
-            step.lda,
-            step.ldb,
-            step.ldd,
-            step.batch,
-            step.stride_a,
-            step.stride_b,
-            step.stride_d,
-            TRANS if step.trans_a else NO_TRANS,
-            TRANS if step.trans_b else NO_TRANS,
-            step.ldc or 0,
-            step.stride_c or 0,
-        ],
-        np.int64,
-    )
+    g = _sizes(step)
     alpha, beta = dtype.type(step.alpha), dtype.type(0)
     args = tuple(values)
     return lambda: driver(gemm, threads, g, alpha, beta, parts, *args)
+
+
+def _part_calls(
+    step: GemmStep, views: dict, kernel_fn: Callable, param: Callable
+) -> tuple[list[str], dict[str, str]]:
+    """(the driver's import lines, its prologue and epilogue call lines) for the step."""
+    imports, calls = [], {}
+    conv = step.conv
+    if conv and views[conv.x].dtype == views[step.d].dtype:  # the row-copy im2col
+        imports.append("from pyforge.exec.cpu.conv import im2col_nchw")
+        ps = [param(views[conv.x], "x"), param(views[conv.col], "x")]
+        ps.append(param(np.array(conv.geometry, np.int64), "x"))
+        calls["prologue"] = f"    im2col_nchw({', '.join(ps)})\n"
+    for part, kstep in (("prologue", step.prologue), ("epilogue", step.epilogue)):
+        if kstep is None or part in calls:
+            continue
+        module, _, n, args = kernel_fn(kstep)
+        imports.append(f'{part} = sys.modules["{module}"].kernel')
+        ps = [param(np.int64(n), "n")] + [param(v, "x") for v in args]
+        calls[part] = f"    {part}({', '.join(ps)})\n"
+    return imports, calls
+
+
+def _sizes(step: GemmStep) -> np.ndarray:
+    """The driver's ``g``: sizes, leading dimensions, batch strides and CBLAS transposes."""
+    trans = [TRANS if t else NO_TRANS for t in (step.trans_a, step.trans_b)]
+    return np.array(
+        [step.m, step.n, step.k, step.lda, step.ldb, step.ldd, step.batch]
+        + [step.stride_a, step.stride_b, step.stride_d, *trans, step.ldc or 0, step.stride_c or 0],
+        np.int64,
+    )

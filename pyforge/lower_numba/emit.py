@@ -12,7 +12,7 @@ import numpy as np
 
 from .scalar import TYPE_NAMES
 
-_HEADER = """\
+HEADER = """\
 import math
 import numpy as np
 from numba import float32 as f32, float64 as f64
@@ -303,8 +303,8 @@ class KernelBuilder:
             cuda = _CUDA_ROWS.format(
                 params=params, body=self._body(1, "            "), inner=self.inner, outer=outer
             )
-        cpu = _HEADER + "\n" + cpu
-        cuda = _HEADER + "\n" + cuda
+        cpu = HEADER + "\n" + cpu
+        cuda = HEADER + "\n" + cuda
         key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
         return KernelCall(cpu, cuda, key, int(n), list(self.args), self.label, self.inner_value)
 

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 
 from ..ir import Node
-from .emit import _HEADER, KernelCall
+from .emit import HEADER, KernelCall
 
 SMS = 132  # streaming multiprocessors of an H200: enough blocks to fill them is the aim
 
@@ -164,7 +164,7 @@ def _cpu_source(pat: dict, params: list[str], consts: str) -> str:
         "y[i] = acc",
     ]
     return (
-        _HEADER
+        HEADER
         + "from numba import njit, prange\n\n"
         + consts
         + f"\n\n@njit(parallel=True, cache=True, nogil=True)\ndef kernel(n, {', '.join(params)}):\n"
@@ -323,7 +323,7 @@ def _cuda_source(
         e("    if tid == 0:")
         e("        cnt[tile] = 0")  # ready for the next run (graph replay)
     return (
-        _HEADER
+        HEADER
         + "from numba import cuda\n\n"
         + consts
         + f"\n\n@cuda.jit(cache=True)\ndef kernel(n, {', '.join(params)}):\n"

@@ -7,12 +7,13 @@ import numpy as np
 from ..errors import UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops.registry import kind_of
+from . import templates  # noqa: F401  (registers every op's lowering)
 from .emit import SPECIALIZE, KernelBuilder, KernelCall, broadcast_strides, type_name
-from .gemm_forms import GEMM_OPS, gemm_for, library_epilogue, nhwc_gemm_form
 from .implicit_conv import Tile, implicit_conv, workspace_floats
 from .program import GemmCall, Program, TensorInfo
-from .scalar import SCALAR, lit
-from .templates import ELEMENT_TEMPLATES, ROW_TEMPLATES
+from .registry import lowering_for
+from .scalar import lit
+from .templates.gemm import library_epilogue, nhwc_gemm_form
 
 __all__ = ["GemmCall", "Program", "TensorInfo", "lower_graph"]
 
@@ -48,11 +49,10 @@ class _Elementwise:
         return f"f32({at})" if v.dtype == np.float16 else at
 
     def member(self, node: Node) -> None:
-        if node.op not in SCALAR:
-            raise UnsupportedOperatorError(node.op, node.name, node.opset, "no scalar lowering")
+        expr = lowering_for(node, ("scalar",)).emit
         args = [self.load(v) for v in node.inputs if v is not None]
         var = self.kb.tmp()
-        self.kb.emit(f"{var} = {SCALAR[node.op](node, args, type_name(node.outputs[0].dtype))}")
+        self.kb.emit(f"{var} = {expr(node, args, type_name(node.outputs[0].dtype))}")
         self.env[id(node.outputs[0])] = var
 
     def store(self, outputs: list[Value]) -> None:
@@ -89,8 +89,8 @@ def _implicit_conv_step(
 
 
 def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> None:
-    members: list[Node] = node.attrs["members"]
-    anchor: Node | None = node.attrs["anchor"]
+    members: list[Node] = node.group.members
+    anchor: Node | None = node.group.anchor
     outs = node.outputs
     epilogue = members[1:] if anchor is not None else members
     shape = members[-1].outputs[0].shape
@@ -99,14 +99,15 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
         if v is not None:
             prog.add(v)  # templates read these by name
 
-    if anchor is not None and anchor.op in ROW_TEMPLATES:
+    low = lowering_for(anchor, ("element", "rows", "gemm")) if anchor is not None else None
+    if low is not None and low.form == "rows":
         kb = KernelBuilder(label)
-        n = ROW_TEMPLATES[anchor.op](anchor, kb)
+        n = low.emit(anchor, kb)
         prog.steps.append(kb.build(n))
         prog.steps[-1].writes = [prog.add(anchor.outputs[0])]
         return
 
-    gemm = anchor is not None and anchor.op in GEMM_OPS and anchor.attrs.get("group", 1) == 1
+    gemm = low is not None and low.form == "gemm"
     kb = KernelBuilder(label)
     ew = _Elementwise(kb, prog, shape)
     if gemm:
@@ -122,7 +123,7 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
         if implicit is not None:
             prog.steps.append(implicit)
             return
-        gemm_call = gemm_for(anchor, prog, d)
+        gemm_call = low.emit(anchor, prog, d)
         prog.steps.append(gemm_call)
         if not epilogue:
             return
@@ -132,13 +133,9 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
             ew.env[id(a_out)] = kb.tmp()
             kb.emit(f"{ew.env[id(a_out)]} = {kb.tensor(d)}[i]")
     elif anchor is not None:
-        if anchor.op not in ELEMENT_TEMPLATES:
-            raise UnsupportedOperatorError(
-                anchor.op, anchor.name, anchor.opset, "no kernel template"
-            )
         coords = kb.coords(anchor.outputs[0].shape)
         ew = _Elementwise(kb, prog, shape, coords)
-        ew.env[id(anchor.outputs[0])] = ELEMENT_TEMPLATES[anchor.op](anchor, kb, coords)
+        ew.env[id(anchor.outputs[0])] = low.emit(anchor, kb, coords)
     for m in epilogue:
         ew.member(m)
     ew.store(outs)

@@ -15,7 +15,8 @@ def _single_consumer(graph: Graph, v: Value) -> bool:
 
 @register_pass("bn_fold")
 def bn_fold(graph: Graph) -> Graph:
-    """Fold inference BatchNormalization into the preceding Conv; otherwise make it Mul + Add."""
+    """Fold inference BatchNormalization into the preceding Conv; otherwise make it Mul + Add.
+    One with a run-time scale, bias, mean or var stays (lower_numba/templates/norm.py)."""
     kept: list[Node] = []
     for node in graph.nodes:
         if node.op != "BatchNormalization":
@@ -23,7 +24,7 @@ def bn_fold(graph: Graph) -> Graph:
             continue
         x, scale, bias, mean, var = node.inputs
         if any(v.const is None for v in (scale, bias, mean, var)):
-            kept.append(node)  # statistics computed at run time: the generic kernel handles it
+            kept.append(node)  # statistics known only at run time: its own element template
             continue
         k = (scale.const / np.sqrt(var.const + node.attrs["epsilon"])).astype(x.dtype)
         shift = (bias.const - mean.const * k).astype(x.dtype)

@@ -62,6 +62,13 @@ CASES = {
     "transpose": lambda: one_op("Transpose", [rand(2, 3, 4)], None, dict(perm=[2, 0, 1])),
     "concat": lambda: one_op("Concat", [rand(2, 3), rand(2, 2)], None, dict(axis=1)),
     "softmax": lambda: one_op("Softmax", [rand(3, 7)], [3, 7], dict(axis=-1)),
+    # statistics as graph inputs: not folded, so the BatchNormalization template runs
+    "batchnorm_runtime_stats": lambda: one_op(
+        "BatchNormalization",
+        [rand(2, 3, 4, 4), rand(3), rand(3), rand(3), np.abs(rand(3)) + 0.5],
+        None,
+        dict(epsilon=1e-3),
+    ),
     "gemm_trans_alpha": lambda: one_op(
         "Gemm",
         [rand(4, 3)],

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ..ir import Node
-from .emit import KernelBuilder, contiguous_strides, type_name
-from .scalar import lit
-from .templates import ELEMENT_TEMPLATES
+from ...ir import Node
+from ..emit import KernelBuilder, contiguous_strides, type_name
+from ..registry import lowering
+from ..scalar import lit
 
 
+@lowering("Resize", "Upsample", form="element")
 def resize_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     t = type_name(x.dtype)
@@ -47,7 +48,3 @@ def resize_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         kb.emit(f"if {flags or '0'} > 0:")
         kb.emit(f"{y} = {lit(node.attrs['extrapolation'], t)}", 1)
     return y
-
-
-ELEMENT_TEMPLATES["Resize"] = resize_element
-ELEMENT_TEMPLATES["Upsample"] = resize_element

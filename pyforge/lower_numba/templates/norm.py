@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Node
-from .emit import KernelBuilder, broadcast_strides, contiguous_strides, type_name
-from .scalar import lit
-from .templates import ELEMENT_TEMPLATES
+from ...ir import Node
+from ..emit import KernelBuilder, broadcast_strides, contiguous_strides, type_name
+from ..registry import lowering
+from ..scalar import lit
 
 
 def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred: bool = True):
@@ -25,6 +25,7 @@ def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred:
     return m, inv
 
 
+@lowering("LayerNormalization", "RMSNormalization", form="element")
 def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a, part = node.attrs["axis"], node.attrs.get("output", 0)
@@ -53,10 +54,7 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return y
 
 
-ELEMENT_TEMPLATES["LayerNormalization"] = norm_element
-ELEMENT_TEMPLATES["RMSNormalization"] = norm_element
-
-
+@lowering("GroupNormalization", "InstanceNormalization", form="element")
 def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     """Group and instance norm: the statistics of the element's (n, group) slab, then affine."""
     x, scale, bias = node.inputs
@@ -78,6 +76,7 @@ def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return y
 
 
+@lowering("LRN", form="element")
 def lrn_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     """x / (bias + alpha / size * sum of x^2 over the channel window) ^ beta."""
     x = node.inputs[0]
@@ -102,6 +101,16 @@ def lrn_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return y
 
 
-ELEMENT_TEMPLATES["GroupNormalization"] = group_norm_element
-ELEMENT_TEMPLATES["InstanceNormalization"] = group_norm_element
-ELEMENT_TEMPLATES["LRN"] = lrn_element
+@lowering("BatchNormalization", form="element")
+def batch_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """(x - mean) / sqrt(var + eps) * scale + bias per channel, for statistics only known at run
+    time (constant ones are folded into the conv before, or made Mul + Add, by bn_fold)."""
+    x, scale, bias, mean, var = node.inputs
+    t = type_name(x.dtype)
+    c = coords[1]
+    k, y = kb.tmp("k"), kb.tmp("y")
+    s, b, m, v = (f"{kb.tensor(p.name)}[{c}]" for p in (scale, bias, mean, var))
+    kb.emit(f"{k} = {s} / math.sqrt({v} + {lit(node.attrs['epsilon'], t)})")
+    off = kb.offset(contiguous_strides(x.shape), coords)
+    kb.emit(f"{y} = {t}(({kb.tensor(x.name)}[{off}] - {m}) * {k} + {b})")
+    return y

@@ -6,9 +6,12 @@ import hashlib
 
 import numpy as np
 
-from ..ir import Node
-from .emit import _HEADER, KernelBuilder, KernelCall
-from .templates import ELEMENT_TEMPLATES, _window2d, gather_window, global_reduce, window_pool
+from ...ir import Node
+from ..emit import HEADER, KernelBuilder, KernelCall
+from ..registry import lowering
+from .conv import gather_window
+from .geometry import window2d
+from .window import global_reduce, window_pool
 
 
 def im2col_nhwc(node: Node, kb: KernelBuilder) -> int:
@@ -72,7 +75,7 @@ def im2col_nhwc_vector(node: Node, call: KernelCall) -> None:
         return
     if not v:
         return
-    (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
+    (kh, kw), (sh, sw), (dh, dw), pads = window2d(node)
     total = y.shape[0] * y.shape[1] * y.shape[2] * kh * kw * (c_ // v)
     # runs of 16 bytes (4 float32, 8 float16): the cuda runtime passes both tensors as 16-byte
     # (complex128) views (arg kind "w"), so each load and store moves them in one instruction
@@ -83,7 +86,7 @@ def im2col_nhwc_vector(node: Node, call: KernelCall) -> None:
         call.args = [("w", name) for _, name in call.args]
     pad = " " * 12
     src = (
-        _HEADER
+        HEADER
         + "\n"
         + _IM2COL_VECTOR.format(
             v=v // unit,
@@ -113,6 +116,7 @@ def im2col_nhwc_vector(node: Node, call: KernelCall) -> None:
     call.launch = ((max(1, min(-(-total // 256), 132 * 32)),), 256)
 
 
+@lowering("MaxPoolNHWC", "AveragePoolNHWC", form="element")
 def pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     _, h, w, c_ = node.inputs[0].shape
     n, oh, ow, c = coords
@@ -122,6 +126,7 @@ def pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     )
 
 
+@lowering("GlobalAveragePoolNHWC", "GlobalMaxPoolNHWC", form="element")
 def global_pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     src = kb.tensor(x.name)
@@ -129,11 +134,3 @@ def global_pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     HW, C = kb.int_param(h * w, "HW"), kb.int_param(c_, "C")
     at = lambda j: f"{src}[({coords[0]} * {HW} + {j}) * {C} + {coords[3]}]"
     return global_reduce(node, kb, HW, at)
-
-
-ELEMENT_TEMPLATES.update(
-    MaxPoolNHWC=pool_nhwc,
-    AveragePoolNHWC=pool_nhwc,
-    GlobalAveragePoolNHWC=global_pool_nhwc,
-    GlobalMaxPoolNHWC=global_pool_nhwc,
-)

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedOperatorError
-from ..ir import Node, Value
-from .emit import KernelBuilder
-from .program import GemmCall, Program
-from .templates import _spatial2d, _window2d, im2col
-from .templates_nhwc import im2col_nhwc, im2col_nhwc_vector
+from ...errors import UnsupportedOperatorError
+from ...ir import Node, Value
+from ..emit import KernelBuilder
+from ..program import GemmCall, Program
+from ..registry import lowering
+from .conv import im2col
+from .geometry import spatial2d, window2d
+from .nhwc import im2col_nhwc, im2col_nhwc_vector
 
-GEMM_OPS = {"Gemm", "MatMul", "Conv", "ConvNHWC"}
+
+def ungrouped(node: Node) -> bool:
+    return node.attrs.get("group", 1) == 1
 
 
+@lowering("Gemm", "MatMul", "Conv", "ConvNHWC", form="gemm", when=ungrouped)
 def gemm_for(node: Node, prog: Program, d: str) -> GemmCall:
     """The GEMM (with an im2col prologue for non-pointwise convs) computing the anchor into d."""
     call = _gemm_call(node, prog, d)
@@ -23,57 +28,66 @@ def gemm_for(node: Node, prog: Program, d: str) -> GemmCall:
 
 
 def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
+    form = {"Gemm": _gemm, "MatMul": _matmul, "ConvNHWC": _conv_nhwc}.get(node.op, _conv_nchw)
+    return form(node, prog, d)
+
+
+def _gemm(node: Node, prog: Program, d: str) -> GemmCall:
     a, b = node.inputs[0], node.inputs[1]
-    if node.op == "Gemm":
-        at, bt = bool(node.attrs["transA"]), bool(node.attrs["transB"])
-        m, k = (a.shape[1], a.shape[0]) if at else a.shape
-        n = b.shape[0] if bt else b.shape[1]
-        call = GemmCall(prog.add(a), prog.add(b), d, m, n, k, a.shape[1], b.shape[1], n, at, bt)
-        call.alpha = node.attrs["alpha"]
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            c = node.inputs[2]
-            if tuple(c.shape) != (m, n):
-                raise UnsupportedOperatorError(
-                    node.op, node.name, node.opset, "run-time C needing broadcast"
-                )
-            call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
-        return call
-    if node.op == "MatMul":
-        sa, sb = a.shape, b.shape
-        k = sa[-1]
-        n = 1 if len(sb) == 1 else sb[-1]
-        ldb = 1 if len(sb) == 1 else n
-        if len(sb) <= 2:
-            m = int(np.prod(sa[:-1])) if len(sa) > 1 else 1
-            return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)
-        m = 1 if len(sa) == 1 else sa[-2]
-        batch = int(np.prod(sb[:-2]))
-        if len(sa) <= 2:
-            stride_a = 0
-        elif tuple(sa[:-2]) == tuple(sb[:-2]):
-            stride_a = m * k
-        else:
+    at, bt = bool(node.attrs["transA"]), bool(node.attrs["transB"])
+    m, k = (a.shape[1], a.shape[0]) if at else a.shape
+    n = b.shape[0] if bt else b.shape[1]
+    call = GemmCall(prog.add(a), prog.add(b), d, m, n, k, a.shape[1], b.shape[1], n, at, bt)
+    call.alpha = node.attrs["alpha"]
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        c = node.inputs[2]
+        if tuple(c.shape) != (m, n):
             raise UnsupportedOperatorError(
-                node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}"
+                node.op, node.name, node.opset, "run-time C needing broadcast"
             )
-        return GemmCall(
-            prog.add(a),
-            prog.add(b),
-            d,
-            m,
-            n,
-            k,
-            k,
-            n,
-            n,
-            batch=batch,
-            stride_a=stride_a,
-            stride_b=k * n,
-            stride_d=m * n,
+        call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
+    return call
+
+
+def _matmul(node: Node, prog: Program, d: str) -> GemmCall:
+    a, b = node.inputs[0], node.inputs[1]
+    sa, sb = a.shape, b.shape
+    k = sa[-1]
+    n = 1 if len(sb) == 1 else sb[-1]
+    ldb = 1 if len(sb) == 1 else n
+    if len(sb) <= 2:
+        m = int(np.prod(sa[:-1])) if len(sa) > 1 else 1
+        return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)
+    m = 1 if len(sa) == 1 else sa[-2]
+    batch = int(np.prod(sb[:-2]))
+    if len(sa) <= 2:
+        stride_a = 0
+    elif tuple(sa[:-2]) == tuple(sb[:-2]):
+        stride_a = m * k
+    else:
+        raise UnsupportedOperatorError(
+            node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}"
         )
-    if node.op == "ConvNHWC":
-        return _conv_nhwc(node, prog, d)
-    # dense Conv: W[Co, K] @ col[n][K, P] for every image n
+    return GemmCall(
+        prog.add(a),
+        prog.add(b),
+        d,
+        m,
+        n,
+        k,
+        k,
+        n,
+        n,
+        batch=batch,
+        stride_a=stride_a,
+        stride_b=k * n,
+        stride_d=m * n,
+    )
+
+
+def _conv_nchw(node: Node, prog: Program, d: str) -> GemmCall:
+    """Dense NCHW conv: W[Co, K] @ col[n][K, P] for every image n (no gather when pointwise)."""
+    a, b = node.inputs[0], node.inputs[1]
     x, y = a, node.outputs[0]
     if len(x.shape) not in (3, 4):
         raise UnsupportedOperatorError(
@@ -93,8 +107,8 @@ def _gemm_call(node: Node, prog: Program, d: str) -> GemmCall:
         im2col(node, kb, (x.shape[0], kk, p))
         prologue = kb.build(x.shape[0] * kk * p)
         prologue.writes = [src]
-        (kh, kw), (sh, sw), (dh, dw), pads = _window2d(node)
-        (h, w), (oh, ow) = _spatial2d(x.shape), _spatial2d(y.shape)
+        (kh, kw), (sh, sw), (dh, dw), pads = window2d(node)
+        (h, w), (oh, ow) = spatial2d(x.shape), spatial2d(y.shape)
         geometry = (x.shape[0], x.shape[1], h, w, kh, kw, sh, sw, pads[0], pads[1], dh, dw, oh, ow)
         conv = {"x": prog.add(x), "col": src, "geometry": [int(v) for v in geometry]}
     return GemmCall(

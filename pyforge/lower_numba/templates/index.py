@@ -3,10 +3,10 @@ per-row selections (TopK, Hardmax, CumSum) written as element templates with an 
 
 from __future__ import annotations
 
-from ..ir import Node
-from .emit import KernelBuilder, broadcast_strides, contiguous_strides, type_name
-from .scalar import lit
-from .templates import ELEMENT_TEMPLATES
+from ...ir import Node
+from ..emit import KernelBuilder, broadcast_strides, contiguous_strides, type_name
+from ..registry import lowering
+from ..scalar import lit
 
 
 def _load(kb: KernelBuilder, name: str, shape, coords: list[str]) -> str:
@@ -21,6 +21,7 @@ def _shifted(kb: KernelBuilder, c: str, scale: int, shift: int) -> str:
     return expr if shift == 0 else f"({expr} + {kb.int_param(shift, 'o')})"
 
 
+@lowering("Expand", form="element")
 def expand_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     v = kb.tmp()
@@ -29,12 +30,14 @@ def expand_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return v
 
 
+@lowering("Tile", form="element")
 def tile_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     src = [f"({c} % {kb.int_param(d, 'd')})" for c, d in zip(coords, x.shape)]
     return _load(kb, x.name, x.shape, src)
 
 
+@lowering("Slice", form="element")
 def slice_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a = node.attrs
@@ -48,6 +51,7 @@ def slice_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return _load(kb, x.name, x.shape, src)
 
 
+@lowering("Split", form="element")
 def split_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x, axis, k = node.inputs[0], node.attrs["axis"], node.attrs.get("output", 0)
     src = list(coords)
@@ -55,6 +59,7 @@ def split_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return _load(kb, x.name, x.shape, src)
 
 
+@lowering("Pad", form="element")
 def pad_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     t = type_name(x.dtype)
@@ -104,6 +109,7 @@ def _index_value(kb: KernelBuilder, node: Node, coords, axis: int) -> str:
     return r
 
 
+@lowering("Gather", form="element")
 def gather_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     data, idx = node.inputs
     a, r = node.attrs["axis"], len(idx.shape)
@@ -111,6 +117,7 @@ def gather_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return _load(kb, data.name, data.shape, coords[:a] + [iv] + coords[a + r :])
 
 
+@lowering("GatherElements", form="element")
 def gather_elements_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     data = node.inputs[0]
     a = node.attrs["axis"]
@@ -118,6 +125,7 @@ def gather_elements_element(node: Node, kb: KernelBuilder, coords: list[str]) ->
     return _load(kb, data.name, data.shape, coords[:a] + [iv] + coords[a + 1 :])
 
 
+@lowering("DepthToSpace", "SpaceToDepth", form="element")
 def depth_space_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     n, c, y, w = coords
@@ -141,6 +149,7 @@ def depth_space_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str
     return _load(kb, x.name, x.shape, src)
 
 
+@lowering("Trilu", form="element")
 def trilu_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     t = type_name(x.dtype)
@@ -152,6 +161,7 @@ def trilu_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return v
 
 
+@lowering("OneHot", form="element")
 def onehot_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     idx, a = node.inputs[0], node.attrs["axis"]
     t = type_name(node.attrs["dtype"])
@@ -176,6 +186,7 @@ def _row(node: Node, kb: KernelBuilder, coords: list[str], axis: int):
     return base, kb.int_param(strides[axis], "s"), kb.int_param(x.shape[axis], "L")
 
 
+@lowering("CumSum", form="element")
 def cumsum_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a = node.attrs["axis"]
@@ -193,6 +204,7 @@ def cumsum_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return acc
 
 
+@lowering("TopK", form="element")
 def topk_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     """The element of rank coords[axis]: rank = how many row elements come before it."""
     x = node.inputs[0]
@@ -217,6 +229,7 @@ def topk_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return pos if node.attrs.get("output", 0) == 1 else val
 
 
+@lowering("Hardmax", form="element")
 def hardmax_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a = node.attrs["axis"]
@@ -234,26 +247,7 @@ def hardmax_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return v
 
 
-ELEMENT_TEMPLATES.update(
-    {
-        "Expand": expand_element,
-        "Tile": tile_element,
-        "Slice": slice_element,
-        "Split": split_element,
-        "Pad": pad_element,
-        "Gather": gather_element,
-        "GatherElements": gather_elements_element,
-        "DepthToSpace": depth_space_element,
-        "SpaceToDepth": depth_space_element,
-        "Trilu": trilu_element,
-        "OneHot": onehot_element,
-        "CumSum": cumsum_element,
-        "TopK": topk_element,
-        "Hardmax": hardmax_element,
-    }
-)
-
-
+@lowering("GatherND", form="element")
 def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     """The index tuple at the element's leading coordinates, then the trailing slice offset."""
     data, ind = node.inputs
@@ -278,4 +272,34 @@ def gathernd_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return v
 
 
-ELEMENT_TEMPLATES["GatherND"] = gathernd_element
+@lowering("Transpose", form="element")
+def transpose_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    in_strides = contiguous_strides(x.shape)
+    strides = [in_strides[p] for p in node.attrs["perm"]]
+    v = kb.tmp()
+    kb.emit(f"{v} = {kb.tensor(x.name)}[{kb.offset(strides, coords)}]")
+    return v
+
+
+@lowering("Concat", form="element")
+def concat_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    axis = node.attrs["axis"]
+    v, start = kb.tmp(), 0
+    if len(node.inputs) == 1:
+        x = node.inputs[0]
+        kb.emit(f"{v} = {kb.tensor(x.name)}[{kb.offset(contiguous_strides(x.shape), coords)}]")
+        return v
+    for j, x in enumerate(node.inputs):
+        local = list(coords)
+        if start:
+            local[axis] = f"({coords[axis]} - {kb.int_param(start, 'o')})"
+        end = start + x.shape[axis]
+        cond = "if" if j == 0 else "elif"
+        if j == len(node.inputs) - 1:
+            kb.emit("else:")
+        else:
+            kb.emit(f"{cond} {coords[axis]} < {kb.int_param(end, 'o')}:")
+        kb.emit(f"{v} = {kb.tensor(x.name)}[{kb.offset(contiguous_strides(x.shape), local)}]", 1)
+        start = end
+    return v

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Node
-from .emit import KernelBuilder, contiguous_strides, type_name
-from .scalar import lit
-from .templates import ELEMENT_TEMPLATES
+from ...ir import Node
+from ..emit import KernelBuilder, contiguous_strides, type_name
+from ..registry import lowering
+from ..scalar import lit
 
 # op -> (initial value, accumulate(acc, v), finish(acc, count)); t is the type name
 _KINDS = {
@@ -64,6 +64,7 @@ def reduced_loop(node: Node, kb: KernelBuilder, coords: list[str]) -> tuple[str,
     return j, f"{kb.tensor(x.name)}[{off}]", base, count
 
 
+@lowering(*_KINDS, "ReduceLogSumExp", form="element")
 def reduce_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     t = type_name(x.dtype)
@@ -91,6 +92,7 @@ def reduce_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return out
 
 
+@lowering("ArgMax", "ArgMin", form="element")
 def arg_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     t = type_name(x.dtype)
@@ -109,9 +111,3 @@ def arg_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     kb.emit(f"{idx} = {j}", 2)
     kb.emit("first = False", 2)
     return idx
-
-
-for _op in (*_KINDS, "ReduceLogSumExp"):
-    ELEMENT_TEMPLATES[_op] = reduce_element
-ELEMENT_TEMPLATES["ArgMax"] = arg_element
-ELEMENT_TEMPLATES["ArgMin"] = arg_element

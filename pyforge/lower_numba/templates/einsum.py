@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ..ir import Node
-from .emit import KernelBuilder, contiguous_strides, type_name
-from .scalar import lit
-from .templates import ELEMENT_TEMPLATES
+from ...ir import Node
+from ..emit import KernelBuilder, contiguous_strides, type_name
+from ..registry import lowering
+from ..scalar import lit
 
 
+@lowering("Einsum", form="element")
 def einsum_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     a = node.attrs
     t = type_name(node.outputs[0].dtype)
@@ -25,6 +26,3 @@ def einsum_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         factors.append(f"{kb.tensor(v.name)}[{off}]")
     kb.emit(f"{acc} += {' * '.join(factors)}", len(summed))
     return acc
-
-
-ELEMENT_TEMPLATES["Einsum"] = einsum_element

@@ -1,0 +1,20 @@
+"""Every op's lowering, one module per family; importing the package registers them all.
+
+A module imports only the registry, the emitter and sibling modules it names (never this
+package), so each can be imported alone; shared helpers are public functions of ``geometry``.
+"""
+
+from . import (  # noqa: F401
+    conv,
+    einsum,
+    elementwise,
+    gemm,
+    geometry,
+    index,
+    nhwc,
+    norm,
+    reduce,
+    resize,
+    softmax,
+    window,
+)

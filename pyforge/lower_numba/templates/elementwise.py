@@ -1,0 +1,9 @@
+"""Elementwise ops lower as scalar expressions (scalar.SCALAR), fused into any elementwise kernel."""
+
+from __future__ import annotations
+
+from ..registry import register_lowering
+from ..scalar import SCALAR
+
+for _op, _expr in SCALAR.items():
+    register_lowering(_op, "scalar", _expr)

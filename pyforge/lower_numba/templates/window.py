@@ -1,0 +1,106 @@
+"""Pools: each output element reduces its window (max, average, Lp) or its whole plane (global)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import Node
+from ..emit import KernelBuilder, type_name
+from ..registry import lowering
+from ..scalar import lit
+from .geometry import nc_oh_ow, spatial2d, window2d
+
+
+@lowering("MaxPool", "AveragePool", "LpPool", form="element")
+def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    c_, h, w = x.shape[1], *spatial2d(x.shape)
+    n, c, oh, ow = nc_oh_ow(coords)
+    H, W, C = kb.int_param(h, "H"), kb.int_param(w, "W"), kb.int_param(c_, "C")
+    base = kb.tmp("b")
+    kb.emit(f"{base} = ({n} * {C} + {c}) * {H} * {W}")
+    return window_pool(node, kb, oh, ow, H, W, lambda ih, iw: f"{base} + {ih} * {W} + {iw}")
+
+
+def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str, addr) -> str:
+    """Max / average / Lp over one 2-d window; ``addr(ih, iw)`` indexes the input in any layout."""
+    x = node.inputs[0]
+    t = type_name(x.dtype)
+    src = kb.tensor(x.name)
+    op = node.op.removesuffix("NHWC")
+    (kh, kw), (sh, sw), (dh, dw), pads = window2d(node)
+    acc, cnt = kb.tmp("acc"), kb.tmp("cnt")
+    ih0, iw0, ih, iw = kb.tmp("h"), kb.tmp("w"), kb.tmp("ih"), kb.tmp("iw")
+    is_max = op == "MaxPool"
+    kb.emit(f"{ih0} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')}")
+    kb.emit(f"{iw0} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')}")
+    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
+    kb.emit(f"{cnt} = 0")
+    KH, KW = kb.int_param(kh, "KH"), kb.int_param(kw, "KW")
+    DH, DW = kb.int_param(dh, "DH"), kb.int_param(dw, "DW")
+    ky, kx = kb.tmp("ky"), kb.tmp("kx")
+    kb.emit(f"for {ky} in range({KH}):")
+    kb.emit(f"{ih} = {ih0} + {ky} * {DH}", 1)
+    if op == "AveragePool" and node.attrs["count_include_pad"]:
+        # padded positions count, the ceil-mode overhang past the explicit pads does not
+        PB, PR = kb.int_param(pads[2], "p"), kb.int_param(pads[3], "p")
+        kb.emit(f"for {kx} in range({KW}):", 1)
+        kb.emit(f"{iw} = {iw0} + {kx} * {DW}", 2)
+        kb.emit(f"if {ih} < {H} + {PB} and {iw} < {W} + {PR}:", 2)
+        kb.emit(f"{cnt} += 1", 3)
+        kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:", 3)
+        kb.emit(f"{acc} += {src}[{addr(ih, iw)}]", 4)
+    elif (
+        is_max
+        and [dh, dw] == [1, 1]
+        and not node.attrs.get("ceil_mode", 0)
+        and max(pads[0], pads[2]) < kh
+        and max(pads[1], pads[3]) < kw
+    ):
+        # a tap outside the image reads the nearest edge element instead: with dilation 1, no
+        # ceil mode and pads under the kernel size, every window starts and ends on the image,
+        # so that element is in the same window and the max is unchanged; the window loops
+        # then have no branch (ResNet-50's pool: 1.34 -> 1.17 ms on the cpu, log row 39)
+        kb.emit(f"{ih} = min(max({ih}, 0), {H} - 1)", 1)
+        kb.emit(f"for {kx} in range({KW}):", 1)
+        kb.emit(f"{iw} = min(max({iw0} + {kx}, 0), {W} - 1)", 2)
+        kb.emit(f"{acc} = max({acc}, {src}[{addr(ih, iw)}])", 2)
+    else:
+        kb.emit(f"if {ih} >= 0 and {ih} < {H}:", 1)
+        kb.emit(f"for {kx} in range({KW}):", 2)
+        kb.emit(f"{iw} = {iw0} + {kx} * {DW}", 3)
+        kb.emit(f"if {iw} >= 0 and {iw} < {W}:", 3)
+        v = f"{src}[{addr(ih, iw)}]"
+        if op == "LpPool":
+            v = f"math.pow(abs({v}), {lit(node.attrs['p'], t)})"
+        kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 4)
+        kb.emit(f"{cnt} += 1", 4)
+    if op == "LpPool":
+        kb.emit(f"{acc} = math.pow({acc}, {lit(1 / node.attrs['p'], t)})")
+    elif not is_max:
+        kb.emit(f"{acc} = {acc} / {t}(max({cnt}, 1))")
+    return acc
+
+
+def global_reduce(node: Node, kb: KernelBuilder, hw: str, at) -> str:
+    """Max or mean over the ``hw`` spatial positions ``at(j)`` of one output (both layouts)."""
+    t = type_name(node.inputs[0].dtype)
+    acc, j = kb.tmp("acc"), kb.tmp("j")
+    is_max = node.op.startswith("GlobalMaxPool")
+    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
+    kb.emit(f"for {j} in range({hw}):")
+    kb.emit(f"{acc} = max({acc}, {at(j)})" if is_max else f"{acc} += {at(j)}", 1)
+    if not is_max:
+        kb.emit(f"{acc} = {acc} / {t}({hw})")
+    return acc
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool", form="element")
+def global_pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    x = node.inputs[0]
+    src = kb.tensor(x.name)
+    hw = int(np.prod(x.shape[2:]))
+    HW, C = kb.int_param(hw, "HW"), kb.int_param(x.shape[1], "C")
+    base = kb.tmp("b")
+    kb.emit(f"{base} = ({coords[0]} * {C} + {coords[1]}) * {HW}")
+    return global_reduce(node, kb, HW, lambda j: f"{src}[{base} + {j}]")

@@ -84,8 +84,8 @@ def implicit_conv(
     node: Node, x: str, w: str, out: str, pattern: dict | None, tile: Tile | None = None
 ) -> KernelCall:
     """The one-kernel conv group writing ``out``; ``pattern`` as templates.gemm.library_epilogue
-    gives (tensor names of bias and residual, act). A split call's ``launch`` grid is (tiles x, tiles
-    y, split) and its last two arguments, workspace and counters, are the caller's to add."""
+    gives (tensor names of bias and residual, act). A split call's ``launch`` grid is (tiles x,
+    tiles y, split) and its last two arguments, workspace and counters, are the caller's to add."""
     xv, y = node.inputs[0], node.outputs[0]
     n_, h, wd, c = xv.shape
     _, oh, ow, co = y.shape

@@ -1,4 +1,4 @@
-"""Elementwise ops lower as scalar expressions (scalar.SCALAR), fused into any elementwise kernel."""
+"""Elementwise ops lower as the scalar expressions of scalar.SCALAR, fused into any kernel."""
 
 from __future__ import annotations
 

@@ -170,7 +170,9 @@ def _bn_eval(node: Node, xs):
     return [(x * k.reshape(shape) + (bias - mean * k).reshape(shape)).astype(x.dtype)]
 
 
-register("BatchNormalization", _bn_eval, same_as_input(), kind="opaque")
+# per-channel statistics index the channel axis, not numpy's trailing broadcast: an element
+# template reads them at each output's channel (constant statistics fold into a Conv first)
+register("BatchNormalization", _bn_eval, same_as_input(), kind="injective", epilogue=True)
 
 # -- Gemm and MatMul ----------------------------------------------------------------------------
 

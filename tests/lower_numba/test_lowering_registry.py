@@ -25,9 +25,6 @@ LOWER = Path(pyforge.lower_numba.lower.__file__).parent
 
 # ops whose normalise rule rewrites them into another op, checked below to still do so
 RENAMED = {"CastLike": "Cast"}
-# op-table facts that disagree with the op's lowering, for the lead's ops/ change; the test fails
-# once the table agrees, so the entry is removed then
-PENDING_TABLE = {"BatchNormalization": "element lowering, epilogue=False in ops/nn.py"}
 
 
 def _folds_at_import(opdef: OpDef) -> bool:
@@ -86,9 +83,7 @@ def test_forms_agree_with_kind_and_epilogue_flag():
             wrong[op] = f"kind {d.kind}, forms {sorted(forms)}"
         elif d.kind != "elementwise" and d.epilogue != (forms <= set(EPILOGUE_FORMS)):
             wrong[op] = f"epilogue={d.epilogue}, forms {sorted(forms)}"
-    pending = {op: why for op, why in wrong.items() if op in PENDING_TABLE}
-    assert set(pending) == set(PENDING_TABLE), "fixed in the op table: drop it from PENDING_TABLE"
-    assert not set(wrong) - set(PENDING_TABLE), wrong
+    assert not wrong, wrong
 
 
 def test_every_epilogue_op_has_an_element_or_gemm_lowering():
@@ -158,3 +153,18 @@ def test_batchnorm_with_runtime_statistics_matches_ort(shape, const):
     model = _bn_model(shape, {n: stats[n] for n in const})
     compiled, _ = check_against_ort(model, feeds)
     assert "BatchNormalization" in " ".join(compiled.plan.step_labels())
+
+
+def test_batchnorm_with_runtime_statistics_takes_an_epilogue():
+    rng = np.random.default_rng(8)
+    shape = (2, 3, 4, 5)
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["t"], name="bn")
+    tail = [helper.make_node("Relu", ["t"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    inputs = [("x", np.float32, list(shape))] + [(n, np.float32, [3]) for n in "sbmv"]
+    model = make_model([bn, *tail], inputs, [("y", np.float32, list(shape))])
+    feeds = {n: rng.standard_normal(3).astype(np.float32) for n in "sbm"}
+    feeds |= {"x": rng.standard_normal(shape).astype(np.float32)}
+    feeds["v"] = (np.abs(rng.standard_normal(3)) + 0.1).astype(np.float32)
+    fused, _ = check_against_ort(model, feeds)
+    unfused, _ = check_against_ort(model, feeds, fusion=False)
+    assert (fused.stats["launches"], unfused.stats["launches"]) == (1, 3)

@@ -50,6 +50,18 @@ register(
 register("RMSNormalization", _norm_eval, _norm_infer, kind="rows", epilogue=True)
 
 
+def _mvn_eval(node: Node, xs):
+    x, axes = xs[0], tuple(node.attrs["axes"])
+    xf = x.astype(np.float32)
+    mean = xf.mean(axis=axes, keepdims=True)
+    std = np.sqrt(((xf - mean) ** 2).mean(axis=axes, keepdims=True))
+    # ONNX's function body adds 1e-9 to the standard deviation, not to the variance
+    return [((xf - mean) / (std + np.float32(1e-9))).astype(x.dtype)]
+
+
+register("MeanVarianceNormalization", _mvn_eval, same_as_input(), kind="rows", epilogue=True)
+
+
 # -- channel normalizations: GroupNormalization, InstanceNormalization (groups = channels), LRN --
 
 

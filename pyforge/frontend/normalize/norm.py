@@ -51,3 +51,12 @@ def _lrn_normalize(node: Node) -> None:
         "beta": float(node.attrs["beta"]),
         "bias": float(node.attrs["bias"]),
     }
+
+
+@normalizes("MeanVarianceNormalization")
+def _mvn_normalize(node: Node) -> None:
+    rank = len(node.inputs[0].shape)
+    axes = sorted({norm_axis(node, int(a), rank) for a in node.attrs["axes"]})
+    if not axes:
+        bad_attr(node, "empty axes")
+    node.attrs = {"axes": axes}

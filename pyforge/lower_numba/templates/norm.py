@@ -114,3 +114,37 @@ def batch_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     off = kb.offset(contiguous_strides(x.shape), coords)
     kb.emit(f"{y} = {t}(({kb.tensor(x.name)}[{off}] - {m}) * {k} + {b})")
     return y
+
+
+@lowering("MeanVarianceNormalization", form="element")
+def mvn_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """(x - mean) / (std + 1e-9) over ``axes``, which need not be trailing ([0, 2, 3] by
+    default): the reduced positions are walked by a flat index split per axis."""
+    x = node.inputs[0]
+    axes, strides = node.attrs["axes"], contiguous_strides(x.shape)
+    src = kb.tensor(x.name)
+    kept = [0 if a in axes else s for a, s in enumerate(strides)]
+    base, j, r, off = kb.tmp("b"), kb.tmp("j"), kb.tmp("r"), kb.tmp("o")
+    L = kb.int_param(int(np.prod([x.shape[a] for a in axes])), "L")
+    kb.emit(f"{base} = {kb.offset(kept, coords)}")
+
+    def walk(body: str) -> None:
+        kb.emit(f"for {j} in range({L}):")
+        kb.emit(f"{r} = {j}", 1)
+        kb.emit(f"{off} = {base}", 1)
+        for a in reversed(axes):
+            d, st = kb.int_param(x.shape[a], "d"), kb.int_param(strides[a], "s")
+            kb.emit(f"{off} += ({r} % {d}) * {st}", 1)
+            kb.emit(f"{r} = {r} // {d}", 1)
+        kb.emit(body, 1)
+
+    m, ssq, y = kb.tmp("mu"), kb.tmp("ssq"), kb.tmp("y")
+    kb.emit(f"{m} = {lit(0, 'f32')}")
+    walk(f"{m} += {src}[{off}]")
+    kb.emit(f"{m} = {m} / f32({L})")
+    kb.emit(f"{ssq} = {lit(0, 'f32')}")
+    walk(f"{ssq} += ({src}[{off}] - {m}) * ({src}[{off}] - {m})")
+    at = kb.offset(strides, coords)
+    std = f"math.sqrt({ssq} / f32({L}))"
+    kb.emit(f"{y} = {type_name(x.dtype)}(({src}[{at}] - {m}) / ({std} + {lit(1e-9, 'f32')}))")
+    return y

@@ -56,9 +56,9 @@ def compile_to_plan(
         pm = PassManager(names, verify=o.verify, on_pass=on_pass)
         graph = pm.run(graph)
     with _stage("lowering", seconds, progress):
-        prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile, o.precision == "fp16")
+        prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile)
     with _stage("plan", seconds, progress):
-        plan = build_plan(prog)
+        plan = build_plan(prog, float16=o.precision == "fp16")
     plan.stats.update(
         ops_in=len(proto.graph.node),
         ops_out=len(graph.nodes),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedOperatorError
 from ..exec.plan import ExecutionPlan, Slot
 from ..exec.steps import ConvGeometry, EpiloguePattern, GemmStep, KernelStep, Step, kernel_steps
 from ..opt.memory_plan import Buffer, check_no_overlap, plan_memory
@@ -88,9 +89,25 @@ def typed_steps(prog: Program) -> tuple[list[Step], dict[str, dict[str, str]]]:
     return steps, kernels
 
 
-def build_plan(prog: Program) -> ExecutionPlan:
-    """Assign weights and arena offsets (liveness-planned) and type the steps."""
+def refuse_float16(prog: Program, steps: list[Step]) -> None:
+    """Numba has no float16 on cpu: refuse now, not at run. Cuda kernels read float16 only
+    under precision="fp16", where the fp16 pass gives it to ops whose kernels widen every load
+    (float16 arithmetic would link NVRTC-built code, which Numba's kernel cache cannot save)."""
+    for part in kernel_steps(steps):
+        for name in part.tensors():
+            if prog.tensors[name].dtype == np.float16:
+                op, _, where = part.label.partition(" ")
+                raise UnsupportedOperatorError(
+                    op, where, None, f"float16 tensor {name!r}: no float16 kernels"
+                )
+
+
+def build_plan(prog: Program, float16: bool = False) -> ExecutionPlan:
+    """Assign weights and arena offsets (liveness-planned) and type the steps; ``float16``
+    allows float16 tensors in kernels (precision="fp16" on cuda), else they are refused."""
     steps, kernels = typed_steps(prog)
+    if not float16:
+        refuse_float16(prog, steps)
     slots, weights = _weight_slots(prog)
     buffers, inplace = _live_ranges(prog, steps)
     mem = plan_memory(buffers, ALIGN, inplace)

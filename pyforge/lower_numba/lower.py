@@ -153,21 +153,16 @@ def lower_graph(
     specialize: bool = False,
     conv: str = "im2col",
     conv_tile: str | None = None,
-    float16: bool = False,
 ) -> Program:
     """Fused graph -> Program. Every non-view node must be a Fused group by now.
 
     ``specialize`` bakes shapes into the kernel sources (see emit.SPECIALIZE). ``conv``:
     "im2col" (gather + GEMM) or "implicit" (one implicit-GEMM kernel per channels-last conv
-    group that would need the gather; ``conv_tile`` forces its tile, as Tile.parse reads).
-    ``float16``: float16 tensors are allowed (precision="fp16" on cuda), else refused here."""
+    group that would need the gather; ``conv_tile`` forces its tile, as Tile.parse reads)."""
     if conv not in ("im2col", "implicit"):
         raise ValueError(f"conv={conv!r}: use 'im2col' or 'implicit'")
     with SPECIALIZE(specialize):
-        prog = _lower_graph(graph, (conv, conv_tile))
-    if not float16:
-        _refuse_float16(prog)
-    return prog
+        return _lower_graph(graph, (conv, conv_tile))
 
 
 def _lower_graph(graph: Graph, conv: tuple) -> Program:
@@ -186,20 +181,3 @@ def _lower_graph(graph: Graph, conv: tuple) -> Program:
     for v in graph.outputs:
         prog.outputs.append(prog.add(v))
     return prog
-
-
-def _refuse_float16(prog: Program) -> None:
-    """Numba has no float16 on cpu: refuse now, not at run. Cuda kernels read float16 only
-    under precision="fp16", where the fp16 pass gives it to ops whose kernels widen every load
-    (float16 arithmetic would link NVRTC-built code, which Numba's kernel cache cannot save)."""
-    for step in prog.steps:
-        calls = [step] if isinstance(step, KernelCall) else [step.prologue, step.epilogue]
-        for call in calls:
-            if call is None:
-                continue
-            for kind, name in call.args:
-                if kind in ("t", "w") and prog.tensors[name].dtype == np.float16:
-                    op, _, where = call.label.partition(" ")
-                    raise UnsupportedOperatorError(
-                        op, where, None, f"float16 tensor {name!r}: no float16 kernels"
-                    )

@@ -84,10 +84,10 @@ NOTES = [
     "in float64) and the expected output is exactly 0.001 each; at ~1e10 a 1-ulp difference",
     "between two logits weighs exp(-1024) = 0 in the softmax. With OpenBLAS the last 1x1 conv",
     "summed some output channels in another order (its tiles differ), leaving 32 channels 2 ulps",
-    "above the rest, which then got 1/32 each. pyforge's own GEMM (pyforge/exec/cpu_sgemm.py)",
+    "above the rest, which then got 1/32 each. pyforge's own GEMM (pyforge/exec/cpu/sgemm.py)",
     "sums every output element in the same order whatever its tile, as MLAS does, so equal",
     "channels come out bit-equal (tests/exec/test_cpu_own.py, equal channels test). With",
-    "`pyforge.exec.cpu_own.ENABLED = False` (the OpenBLAS drivers) it fails as before.",
+    "`pyforge.compile(..., own_gemm=False)` (the OpenBLAS drivers) it fails as before.",
 ]
 
 

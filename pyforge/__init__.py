@@ -191,6 +191,7 @@ def compile(
       own_gemm=bool                 cpu: pyforge's AVX2 GEMM, else OpenBLAS (default True)
       graph=bool                    cuda: replay one CUDA graph (default True)
       library_epilogues=bool        cuda: cuBLASLt applies bias/Relu (default True)
+      max_concurrency=int           predicts run at once, each in its own arena (cpu 2, cuda 4)
 
     ``progress(stage, done, total)`` is called as each stage (import, passes, lowering, plan,
     bind) starts and ends, and after each pass.

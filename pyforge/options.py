@@ -12,6 +12,7 @@ take is refused (``OptionError``), never ignored.
 from __future__ import annotations
 
 import difflib
+import numbers
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -27,6 +28,8 @@ Progress = Callable[[str, int, int], None]
 
 # the values each option takes: a tuple of choices, bool, or a (pattern, example) pair
 _BOOL = (True, False)
+_COUNT = (int, "a positive int")
+_SHAPES = (dict, "{input name: shape}, e.g. {'x': (4, 256)}")
 _TILE = re.compile(r"\d+x\d+x\d+/\d+x\d+(/s\d+)?")
 _VALUES: dict[str, Any] = {
     "layout": ("nchw", "nhwc"),
@@ -36,10 +39,13 @@ _VALUES: dict[str, Any] = {
     "specialize": _BOOL,
     "fusion": _BOOL,
     "verify": _BOOL,
+    "input_shapes": _SHAPES,
+    "max_plans": _COUNT,
     "fused_steps": _BOOL,
     "own_gemm": _BOOL,
     "graph": _BOOL,
     "library_epilogues": _BOOL,
+    "max_concurrency": _COUNT,
 }
 # the one target an option applies to, or the one target a value of it needs
 _ONLY_ON = {"fused_steps": "cpu", "own_gemm": "cpu", "graph": "cuda", "library_epilogues": "cuda"}
@@ -50,7 +56,9 @@ def _allowed(name: str) -> str:
     spec = _VALUES[name]
     if spec is _BOOL:
         return "True or False"
-    if isinstance(spec[0], re.Pattern):
+    if spec is _COUNT:
+        return spec[1]
+    if isinstance(spec[0], re.Pattern) or spec is _SHAPES:
         return spec[1]
     return ", ".join(repr(v) for v in spec)
 
@@ -59,6 +67,10 @@ def _check_value(name: str, value: Any) -> None:
     spec = _VALUES[name]
     if spec is _BOOL:
         ok = isinstance(value, bool)
+    elif spec is _COUNT:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    elif spec is _SHAPES:
+        ok = isinstance(value, Mapping)
     elif isinstance(spec[0], re.Pattern):
         ok = isinstance(value, str) and spec[0].fullmatch(value) is not None
     else:
@@ -90,7 +102,8 @@ def _refuse_off_target(obj: Any, target: str) -> None:
         value = getattr(obj, f.name)
         if value is None:
             continue
-        need = _ONLY_ON.get(f.name) or _VALUE_ONLY_ON.get((f.name, value))
+        value_on = _VALUE_ONLY_ON.get((f.name, value)) if isinstance(value, str) else None
+        need = _ONLY_ON.get(f.name) or value_on
         if need is not None and need != target:
             raise OptionError(
                 f.name, f"{f.name}={value!r} applies to the {need} target only, not {target}"
@@ -111,8 +124,13 @@ class CompileOptions:
                 kernels compiled once and shared across models)
     fusion      fuse ops into kernel groups (default True; False: one kernel per op)
     verify      check the IR after every pass (default True)
+    input_shapes  {input name: shape}: fixes those inputs' shapes, and every symbolic dim they
+                bind, before any work (default: none; a dim left free is bound by ``predict``)
+    max_plans   plans (one per input signature) a model keeps, least recently used evicted
+                (default 8)
 
     >>> pyforge.compile("mlp.onnx", options=pyforge.CompileOptions(fusion=False))
+    >>> pyforge.compile("bert.onnx", input_shapes={"input_ids": (1, 128)})
     """
 
     layout: str | None = None
@@ -122,9 +140,13 @@ class CompileOptions:
     specialize: bool | None = None
     fusion: bool | None = None
     verify: bool | None = None
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None
+    max_plans: int | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if self.input_shapes is not None:  # a private copy: the caller's dict may change later
+            object.__setattr__(self, "input_shapes", _shapes(self.input_shapes))
 
     def resolve(self, target: str | None) -> CompileOptions:
         """Every field filled with ``target``'s default; an option the target does not take is
@@ -146,6 +168,7 @@ class CompileOptions:
             specialize=_default(self.specialize, cuda),
             fusion=_default(self.fusion, True),
             verify=_default(self.verify, True),
+            max_plans=_default(self.max_plans, 8),
         )
         if r.conv == "implicit" and r.layout != "nhwc":
             raise OptionError("conv", "conv='implicit' needs layout='nhwc' (it lowers NHWC convs)")
@@ -167,6 +190,9 @@ class RuntimeOptions:
     graph              cuda: replay the inference as one captured CUDA graph (default True;
                        False: launch step by step, for debugging)
     library_epilogues  cuda: let cuBLASLt apply bias/Relu epilogues (default True)
+    max_concurrency    both: how many ``predict`` calls run at once, each in its own execution
+                       context (arena, staging; on cuda a stream and a captured graph), made
+                       at first need; further calls wait (default 2 on cpu, 4 on cuda)
 
     >>> pyforge.load("mlp.plan", target="cpu", runtime=pyforge.RuntimeOptions(own_gemm=False))
     """
@@ -175,6 +201,7 @@ class RuntimeOptions:
     own_gemm: bool | None = None
     graph: bool | None = None
     library_epilogues: bool | None = None
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -183,13 +210,40 @@ class RuntimeOptions:
         """The options of ``target`` with its defaults; one for another target is refused."""
         _check_target(target)
         _refuse_off_target(self, target)
-        on = [f.name for f in fields(self) if _ONLY_ON[f.name] == target]
+        on = [f.name for f in fields(self) if _ONLY_ON.get(f.name) == target]
         return replace(self, **{n: _default(getattr(self, n), True) for n in on})
 
-    def runtime_kwargs(self, target: str) -> dict[str, bool]:
+    def runtime_kwargs(self, target: str) -> dict[str, Any]:
         """The runtime constructor's keywords for ``target`` (the fields resolved for it)."""
         r = self.resolve(target)
-        return {f.name: getattr(r, f.name) for f in fields(r) if _ONLY_ON[f.name] == target}
+        # max_concurrency left None takes the runtime's own default (cpu 2, cuda 4)
+        kw = {f.name: getattr(r, f.name) for f in fields(r) if _ONLY_ON.get(f.name) == target}
+        if r.max_concurrency is not None:
+            kw["max_concurrency"] = r.max_concurrency
+        return kw
+
+
+def _shapes(value: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """``input_shapes`` as {name: tuple of ints}; its names are checked against the model later,
+    still before any work (``frontend/shapes.py``)."""
+    out = {}
+    for name, shape in value.items():
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            dims = (None,)
+        if not isinstance(name, str) or not all(_is_size(d) for d in dims):
+            raise OptionError(
+                "input_shapes",
+                f"input_shapes[{name!r}]={shape!r}: input_shapes takes "
+                "{input name: tuple of sizes >= 0}, e.g. {'x': (4, 256)}",
+            )
+        out[name] = tuple(int(d) for d in dims)
+    return out
+
+
+def _is_size(d: Any) -> bool:
+    return isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0
 
 
 def _default(value: Any, default: Any) -> Any:

@@ -83,12 +83,23 @@ def shared_scratch(steps: list) -> dict:
     }
 
 
-def _prepack(step: GemmStep, a: np.ndarray, constant: bool) -> tuple[np.ndarray, int, int, bool]:
-    """(packed-L buffer, per-batch offset, per-batch size, packed already) for step's A."""
+def _prepack(
+    step: GemmStep, a: np.ndarray, constant: bool, packed: dict
+) -> tuple[np.ndarray, int, int, bool]:
+    """(packed-L buffer, per-batch offset, per-batch size, packed already) for step's A; a
+    weight is packed once into ``packed`` and read by every context of the runtime."""
     m, k, batch = step.m, step.k, step.batch
     size = pk.packed_size(m, k, sg.MR)
     if not constant:
         return np.empty(size, np.float32), 0, size, False
+    key = (step.a, step.alpha, m, k, step.lda, step.trans_a, batch, step.stride_a)
+    if key not in packed:
+        packed[key] = _pack_weight(step, a, size)
+    return packed[key]
+
+
+def _pack_weight(step: GemmStep, a: np.ndarray, size: int) -> tuple[np.ndarray, int, int, bool]:
+    m, k, batch = step.m, step.k, step.batch
     rs, ks = (1, step.lda) if step.trans_a else (step.lda, 1)
     one = step.stride_a == 0  # one weight for every batch entry (a conv over n images)
     lp = np.empty(size if one else size * batch, np.float32)
@@ -171,7 +182,8 @@ def _operands(
     g[sg.K_DIM], g[sg.L_ROWS], g[sg.R_COLS] = step.k, step.m, step.n
     g[sg.L_RS], g[sg.L_KS] = (1, step.lda) if step.trans_a else (step.lda, 1)
     g[sg.C_RS], g[sg.C_CS], g[sg.RES_BASE] = step.ldd, 1, -1
-    lp, lstep, lsize, g[sg.L_PACKED] = _prepack(step, views[step.a], step.a in constants)
+    packed = shared.setdefault("packed", {})
+    lp, lstep, lsize, g[sg.L_PACKED] = _prepack(step, views[step.a], step.a in constants, packed)
     d = np.zeros(19, np.int64)  # the driver's sizes (see _DRIVER, _RESIDUAL)
     d[:5] = step.batch, step.stride_a, step.stride_d, lstep, lsize
     d[13] = step.stride_b

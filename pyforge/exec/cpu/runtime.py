@@ -9,6 +9,7 @@ import numpy as np
 from ...errors import IndexRangeError, ModelLoadError
 from ..kernels import load_kernel, module_name
 from ..plan import DeviceFeed, ExecutionPlan
+from ..pool import ContextPool
 from ..steps import GemmStep, KernelStep
 from .gemm import choose_gemm
 from .own import shared_scratch
@@ -26,7 +27,12 @@ def flat_views(
 
 
 class CpuRuntime:
-    """Binds a plan to a numpy arena; ``run`` executes the bound calls in order."""
+    """Binds a plan to numpy arenas; ``run`` executes the bound calls in order in one of them.
+
+    ``max_concurrency`` calls run at once, each in its own context (arena, bound calls, GEMM
+    scratch), made at first need; the weights (and own sgemm's packed weights) are shared.
+    ``arena``, ``views`` and ``calls`` are the first context's.
+    """
 
     def __init__(
         self,
@@ -35,6 +41,7 @@ class CpuRuntime:
         precision: str = "fp32",
         fused_steps: bool = True,
         own_gemm: bool = True,
+        max_concurrency: int = 2,
     ):
         """``fused_steps=False`` runs every GEMM step as prologue, numpy matmul, epilogue;
         ``own_gemm=False`` keeps float32 GEMMs off pyforge's own sgemm (CBLAS drivers instead)."""
@@ -47,25 +54,39 @@ class CpuRuntime:
                 "precision='fp16', which runs on the cuda target only"
             )
         self.plan = plan
+        self.kernel_paths: dict[str, str] = {}
+        self._options = {"own_gemm": own_gemm, "fused_steps": fused_steps}
+        self._packed: dict = {}  # own sgemm's packed weights, one copy for every context
+        first = _CpuContext(self)
+        self.arena, self.views, self.calls = first.arena, first.views, first.calls
+        self.launches = first.launches
+        if max_concurrency > 1 and _workqueue_only():
+            max_concurrency = 1  # that threading layer aborts on parallel regions run at once
+        self.pool = ContextPool(lambda: _CpuContext(self), max_concurrency, first)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with self.pool.context() as ctx:
+            return ctx.run(feeds)
+
+
+class _CpuContext:
+    """One arena with every step bound to it: what one ``predict`` at a time runs in."""
+
+    def __init__(self, rt: CpuRuntime) -> None:
+        plan = rt.plan
+        self.rt, self.plan = rt, plan
         self.arena = np.empty(max(plan.arena_bytes, 1), np.uint8)
         self.views = flat_views(plan, self.arena, plan.weights)
-        self.kernel_paths: dict[str, str] = {}
         self.calls: list[Callable[[], None]] = []
         self.launches = 0
         self._no_errors = np.zeros(1, np.int32)  # cuda's error word; cpu kernels raise instead
         constants = frozenset(n for n, s in plan.slots.items() if s.region != "arena")
         shared = shared_scratch(plan.steps)  # reused by every GEMM step (one runs at a time)
+        shared["packed"] = rt._packed
         for step in plan.steps:
             if isinstance(step, GemmStep):
                 call, launches = choose_gemm(
-                    step,
-                    self.views,
-                    self._bound,
-                    self._kernel,
-                    constants,
-                    shared,
-                    own_gemm=own_gemm,
-                    fused_steps=fused_steps,
+                    step, self.views, self._bound, self._kernel, constants, shared, **rt._options
                 )
             else:
                 call, launches = self._kernel(step), 1
@@ -75,7 +96,7 @@ class CpuRuntime:
     def _bound(self, step: KernelStep) -> tuple[str, Callable, int, tuple]:
         """(module name, compiled kernel, n, arguments) of a kernel step."""
         fn, path = load_kernel(self.plan.kernels[step.kernel]["cpu"], "cpu")
-        self.kernel_paths[step.kernel] = path
+        self.rt.kernel_paths[step.kernel] = path
         # "w" (a 16-byte view on cuda) is the plain tensor here
         args = tuple(
             self.views[v] if kind in "tw" else self._no_errors if kind == "e" else np.int64(v)
@@ -104,6 +125,17 @@ class CpuRuntime:
             name: self.views[name].reshape(self.plan.slots[name].shape).copy()
             for name in self.plan.outputs
         }
+
+
+def _workqueue_only() -> bool:
+    """Whether Numba runs parallel regions on its workqueue layer (no TBB, no OpenMP)."""
+    import numba
+
+    numba.get_num_threads()  # starts the thread pool, which picks the layer
+    try:
+        return numba.threading_layer() == "workqueue"
+    except ValueError:
+        return False
 
 
 def _step_tensors(plan: ExecutionPlan) -> set[str]:

@@ -8,10 +8,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
+import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -76,15 +79,77 @@ def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions):
     return cls(plan, **kwargs)
 
 
+@dataclass
+class _Bound:
+    """One plan of a model, bound to its runtime; ``digest`` (of its weights) is taken when
+    another plan may share them."""
+
+    plan: ExecutionPlan
+    runtime: Any
+    details: dict[str, Any] | None
+    stats: dict[str, Any]
+    digest: str | None = None
+
+
+def _bind(plan, target, runtime, details, progress) -> _Bound:
+    if progress is not None:
+        progress("bind", 0, 1)
+    t0 = time.perf_counter()
+    rt = _runtime(plan, target, runtime)
+    bind = time.perf_counter() - t0
+    if progress is not None:
+        progress("bind", 1, 1)
+    stats: dict[str, Any] = dict(plan.stats)
+    stats["target"] = target
+    stats["launches"] = rt.launches  # kernels + GEMM calls per inference
+    # as the runtime issues them: on cpu a GEMM step's driver runs its im2col and epilogue
+    # inside the one call, so "kernels" counts only what is launched besides GEMM steps
+    stats["kernels"] = rt.launches - stats.get("gemms", 0)
+    # "bind" loads every kernel; on cuda it also JIT-compiles them (the graph capture runs
+    # each once), on cpu Numba compiles each at its first call
+    stages = dict((details or {}).get("stage_seconds", {}), bind=bind)
+    stats["stage_seconds"] = stages
+    stats["bind_seconds"] = bind
+    stats["compile_seconds"] = sum(stages.values())
+    return _Bound(plan, rt, details, stats)
+
+
+def _weights_digest(b: _Bound) -> str:
+    if b.digest is None:
+        b.digest = hashlib.sha256(memoryview(np.ascontiguousarray(b.plan.weights))).hexdigest()
+    return b.digest
+
+
+def _feed_shapes(names: list[str], x: Any) -> dict[str, tuple[int, ...]] | None:
+    """The shape of each input ``predict`` was given; None when the names are wrong (then the
+    plan's own check names them)."""
+    if not isinstance(x, dict):
+        x = {names[0]: x} if len(names) == 1 else {}
+    if len(x) != len(names) or any(n not in x for n in names):
+        return None
+    out = {}
+    for n in names:
+        shape = getattr(x[n], "shape", None)
+        out[n] = tuple(int(d) for d in (np.shape(x[n]) if shape is None else shape))
+    return out
+
+
 class CompiledModel:
-    """A compiled plan bound to a target runtime. ``predict`` is the steady-state path.
+    """A compiled model: one plan per input signature, each bound to a target runtime.
 
-    ``inputs``/``outputs`` describe the tensors; ``stats`` the plan and the compile times;
-    ``details`` the pass report (None for a plan loaded from disk).
+    ``inputs`` shows a symbolic dim as its name (``('batch', 256)``); ``predict`` binds it: the
+    first call with a new signature compiles a plan for it (the kernel cache makes this fast)
+    and keeps it, at most ``max_plans`` (least recently used evicted); every plan whose weights
+    bytes are identical shares the first one's weights array. ``plan``, ``runtime``, ``stats``
+    and ``details`` (the pass report; None for a loaded plan or one compiled by ``predict``)
+    describe the most recently used plan; ``stats["plans"]`` lists every signature held.
 
-    >>> model = pyforge.compile("mlp.onnx", target="cpu")
-    >>> model.inputs, model.stats["launches"]
-    ([TensorSpec('x', (1, 256), float32)], 6)
+    >>> model = pyforge.compile("mlp_dynamic.onnx", target="cpu")
+    >>> model.inputs
+    [TensorSpec('x', ('batch', 256), float32)]
+    >>> model.predict(x1), model.predict(x4)       # batch 1, then batch 4: a second plan
+    >>> model.stats["plans"]
+    [{'x': (1, 256)}, {'x': (4, 256)}]
     """
 
     def __init__(
@@ -97,42 +162,58 @@ class CompiledModel:
         progress: Progress | None = None,
     ):
         runtime = (runtime or RuntimeOptions()).resolve(target)
-        self.plan = plan
         self.target = target
-        self.details = details
         self.runtime_options = runtime
-        if progress is not None:
-            progress("bind", 0, 1)
-        t0 = time.perf_counter()
-        self.runtime = _runtime(plan, target, runtime)
-        bind = time.perf_counter() - t0
-        if progress is not None:
-            progress("bind", 1, 1)
-        self.stats: dict[str, Any] = dict(plan.stats)
-        self.stats["target"] = target
-        self.stats["launches"] = self.runtime.launches  # kernels + GEMM calls per inference
-        # as the runtime issues them: on cpu a GEMM step's driver runs its im2col and epilogue
-        # inside the one call, so "kernels" counts only what is launched besides GEMM steps
-        self.stats["kernels"] = self.runtime.launches - self.stats.get("gemms", 0)
-        # "bind" loads every kernel; on cuda it also JIT-compiles them (the graph capture runs
-        # each once), on cpu Numba compiles each at its first call
-        stages = dict((details or {}).get("stage_seconds", {}), bind=bind)
-        self.stats["stage_seconds"] = stages
-        self.stats["bind_seconds"] = bind
-        self.stats["compile_seconds"] = sum(stages.values())
+        self._names = list(plan.inputs)
+        first = _bind(plan, target, runtime, details, progress)
+        self._plans: OrderedDict[tuple, _Bound] = OrderedDict()
+        self._plans[self._key_of(plan)] = first
+        self._lock = threading.Lock()
+        self._max_plans = 1
+        self._source: _Source | None = None  # set by compile(): what more plans are built from
+
+    def _key_of(self, plan: ExecutionPlan) -> tuple:
+        return tuple(shape for _, shape, _ in plan.signature(self._names))
+
+    @property
+    def _current(self) -> _Bound:
+        return next(reversed(self._plans.values()))
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self._current.plan
+
+    @property
+    def runtime(self) -> Any:
+        return self._current.runtime
+
+    @property
+    def details(self) -> dict[str, Any] | None:
+        return self._current.details
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        s = self._current.stats
+        s["plans"] = [dict(zip(self._names, key)) for key in self._plans]
+        s["max_plans"] = self._max_plans
+        return s
 
     @property
     def inputs(self) -> list[TensorSpec]:
-        """The run-time inputs, in ``predict``'s order."""
-        return [TensorSpec(*s) for s in self.plan.signature(self.plan.inputs)]
+        """The run-time inputs, in ``predict``'s order; a dim ``predict`` binds shows as its
+        symbol (``'batch'``), or None when the file names it not."""
+        if self._source is None:
+            return [TensorSpec(*s) for s in self.plan.signature(self._names)]
+        return [TensorSpec(s.name, s.dims, s.dtype) for s in self._source.specs]
 
     @property
     def outputs(self) -> list[TensorSpec]:
+        """The outputs, with the most recently used plan's shapes."""
         return [TensorSpec(*s) for s in self.plan.signature(self.plan.outputs)]
 
     @property
     def input_names(self) -> list[str]:
-        return list(self.plan.inputs)
+        return list(self._names)
 
     @property
     def output_names(self) -> list[str]:
@@ -146,7 +227,8 @@ class CompiledModel:
 
     def predict(self, x: np.ndarray | dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
         """Run one inference: one array for a single-input model (or a dict name -> array);
-        returns one array for a single-output model, else a dict name -> array.
+        returns one array for a single-output model, else a dict name -> array. A new input
+        signature compiles (and keeps) a plan for it first.
 
         On the cuda target, inputs may be GPU arrays (Numba, CuPy, torch: anything with
         ``__cuda_array_interface__``); they are copied device to device, and the outputs come
@@ -154,12 +236,79 @@ class CompiledModel:
 
         >>> y = model.predict(cuda.to_device(x))   # y: DeviceNDArray; y.copy_to_host()
         """
-        outs = self.runtime.run(normalise_feeds(self.plan, x))
-        return outs[self.plan.outputs[0]] if len(outs) == 1 else outs
+        bound = self._plan_for(_feed_shapes(self._names, x))
+        outs = bound.runtime.run(normalise_feeds(bound.plan, x))
+        return outs[bound.plan.outputs[0]] if len(outs) == 1 else outs
+
+    def _plan_for(self, shapes: dict[str, tuple[int, ...]] | None) -> _Bound:
+        if shapes is None:
+            return self._current
+        key = tuple(shapes[n] for n in self._names)
+        with self._lock:
+            bound = self._plans.get(key)
+            if bound is not None:
+                self._plans.move_to_end(key)
+                return bound
+            if self._source is None:
+                raise _loaded_shape_error(self._current.plan, shapes)
+            bound = self._source.build(shapes, self)
+            self._plans[key] = bound
+            while len(self._plans) > self._max_plans:
+                self._plans.popitem(last=False)
+            return bound
+
+    def _share_weights(self, plan: ExecutionPlan) -> None:
+        """Point ``plan.weights`` at a held plan's array when the bytes are identical, so every
+        plan of the model (and, on cuda, its upload) uses one copy."""
+        mine = _Bound(plan, None, None, {})
+        for other in self._plans.values():
+            same_size = other.plan.weights.nbytes == plan.weights.nbytes
+            if same_size and _weights_digest(other) == _weights_digest(mine):
+                plan.weights = other.plan.weights
+                return
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Write plan.json, weights.bin and every kernel source to ``directory``."""
+        """Write the most recently used plan (one signature: ``stats["plans"][-1]``) to
+        ``directory``: plan.json, weights.bin and every kernel source. ``pyforge.load`` runs
+        that signature only."""
         self.plan.save(os.fspath(directory))
+
+
+def _loaded_shape_error(plan: ExecutionPlan, shapes: dict[str, tuple]) -> errors.InputError:
+    for name, shape, _ in plan.signature(plan.inputs):
+        got = shapes[name]
+        if got != shape:
+            dims = [i for i, (a, b) in enumerate(zip(got, shape)) if a != b]
+            where = (
+                f"dim {dims[0]} must be {shape[dims[0]]}" if dims else f"rank must be {len(shape)}"
+            )
+            return errors.InputError(
+                f"input {name!r} has shape {got}, expected {shape}: {where}; this model holds one "
+                "plan, for that signature (a saved plan runs only the shapes it was compiled "
+                "for): compile the ONNX model to run others"
+            )
+    return errors.InputError(f"inputs {shapes} match no plan of this model")
+
+
+@dataclass
+class _Source:
+    """What ``predict`` compiles a new signature's plan from: the model, its resolved options,
+    its inputs' dims (after ``input_shapes``)."""
+
+    proto: Any
+    options: CompileOptions
+    specs: list[Any]  # frontend.shapes.InputSpec
+
+    def build(self, shapes: dict[str, tuple[int, ...]], model: CompiledModel) -> _Bound:
+        from .compiler import compile_to_plan
+        from .frontend.shapes import bind
+
+        signature = bind(self.specs, shapes)
+        plan, details = compile_to_plan(self.proto, replace(self.options, input_shapes=signature))
+        model._share_weights(plan)
+        bound = _bind(plan, model.target, model.runtime_options, details, None)
+        bound.details = None  # its graph would hold one more copy of the weights per plan
+        return bound
 
 
 def compile(
@@ -175,10 +324,18 @@ def compile(
     when a GPU is usable, else cpu). Every option is checked before any work; a wrong name or
     value, or one the target does not take, raises ``pyforge.errors.OptionError``.
 
+    Shapes: a symbolic dim (``batch``, ``seq``) is bound by ``predict``, one plan per input
+    signature; ``compile`` builds the first plan with ``input_shapes`` and every dim still free
+    as 1. ``input_shapes={"input_ids": (1, 128)}`` fixes an input's shape, and each symbol it
+    binds in every input; a name that is not a graph input, a wrong rank or a contradicted fixed
+    dim is an ``OptionError`` naming input and dim.
+
     Options, as keywords or as ``options=CompileOptions(...)`` / ``runtime=RuntimeOptions(...)``
     (a field given both ways must agree):
 
     compile (``CompileOptions``; fixed in the plan):
+      input_shapes={name: shape}    fix these inputs' shapes (default: bound by predict)
+      max_plans=int                 plans kept, one per input signature (default 8; LRU)
       layout="nchw"|"nhwc"          cuda default "nhwc", cpu "nchw"
       conv="im2col"|"implicit"      "implicit": one implicit-GEMM kernel per NHWC conv
       conv_tile="64x32x16/4x4[/s2]" the implicit-GEMM tile (with conv="implicit")
@@ -191,13 +348,14 @@ def compile(
       own_gemm=bool                 cpu: pyforge's AVX2 GEMM, else OpenBLAS (default True)
       graph=bool                    cuda: replay one CUDA graph (default True)
       library_epilogues=bool        cuda: cuBLASLt applies bias/Relu (default True)
-      max_concurrency=int           predicts run at once, each in its own arena (cpu 2, cuda 4)
+      max_concurrency=int           predict calls run at once, each in its own context
 
     ``progress(stage, done, total)`` is called as each stage (import, passes, lowering, plan,
     bind) starts and ends, and after each pass.
 
     >>> m = pyforge.compile("mlp.onnx", target="cpu", fusion=False)
     >>> m = pyforge.compile("resnet50.onnx", "cuda", pyforge.CompileOptions(precision="fp16"))
+    >>> m = pyforge.compile("bert.onnx", input_shapes={"input_ids": (1, 128)}, max_plans=4)
     >>> m = pyforge.compile("mlp.onnx", progress=lambda stage, done, total: print(stage, done))
     """
     options, runtime = split_options(options, runtime, kwargs)
@@ -206,9 +364,23 @@ def compile(
     runtime = runtime.resolve(target)
 
     from .compiler import compile_to_plan
+    from .frontend import load_model
+    from .frontend.shapes import default_shapes, fix_shapes, free_symbols, input_specs
 
-    plan, details = compile_to_plan(model, options, progress=progress)
-    return CompiledModel(plan, target, runtime, details=details, progress=progress)
+    proto = load_model(model)
+    specs = fix_shapes(input_specs(proto), options.input_shapes)
+    first = replace(options, input_shapes=default_shapes(specs))
+    try:
+        plan, details = compile_to_plan(proto, first, progress=progress)
+    except errors.ShapeError as e:
+        free = free_symbols(specs)
+        if free:  # the 1s may be what is inconsistent (a past length plus a new one, say)
+            e.args = (f"{e} (compiled with the free dims {free} as 1: give input_shapes=)",)
+        raise
+    compiled = CompiledModel(plan, target, runtime, details=details, progress=progress)
+    compiled._max_plans = options.max_plans
+    compiled._source = _Source(proto, options, specs)
+    return compiled
 
 
 def load(

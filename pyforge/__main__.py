@@ -1,6 +1,7 @@
 """The main job: build (if needed) and compile ResNet-50, check it against ONNX Runtime, time it.
 
 python -m pyforge [--model resnet50|mlp|ew|PATH.onnx] [--target cpu|cuda] [--runs N]
+                  [--shape NAME=1x3x224x224 ...]
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     import pyforge
-    from pyforge.cli import stderr_progress
-    from pyforge.models import MODELS, cached_model, random_inputs
+    from pyforge.cli import parse_shape, stderr_progress
+    from pyforge.models import MODELS, cached_model
 
     ap = argparse.ArgumentParser(prog="python -m pyforge", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -29,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--runs", type=int, default=20, help="timed runs after warm-up")
     ap.add_argument("--no-fusion", action="store_true")
+    ap.add_argument(
+        "--shape", action="append", type=parse_shape, metavar="NAME=DIMS", help="input_shapes"
+    )
     args = ap.parse_args(argv)
 
     path = args.model if os.path.exists(args.model) else None
@@ -45,9 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.perf_counter()
         model = pyforge.compile(
-            path, args.target, fusion=not args.no_fusion, progress=stderr_progress(path)
+            path,
+            args.target,
+            fusion=not args.no_fusion,
+            input_shapes=dict(args.shape or ()),
+            progress=stderr_progress(path),
         )
-        feeds = random_inputs(path, seed=0)
+        rng = np.random.default_rng(0)  # the plan's shapes: symbolic dims bound
+        sig = model.plan.signature(model.input_names)
+        feeds = {n: rng.standard_normal(shape).astype(dtype) for n, shape, dtype in sig}
         y = model.predict(feeds)
         first = time.perf_counter() - t0
     except pyforge.errors.PyforgeError as e:

@@ -1,11 +1,14 @@
 """The ``pyforge`` command line: compile, run, bench and explain ONNX models.
 
     pyforge compile MODEL.onnx -o DIR [--target cpu|cuda] [--no-fusion] [--precision P]
+                                      [--shape NAME=1x3x224x224 ...]
     pyforge run DIR|MODEL [--input x.npy | --random SEED] [-o out.npy]
     pyforge bench DIR|MODEL [--runs N]
     pyforge explain MODEL [--html OUT.html]
 
 MODEL is a path to an .onnx file or one of the built-in test models (mlp, ew, resnet50).
+Every command takes ``--shape NAME=DIMS`` (repeatable): ``pyforge.compile``'s input_shapes;
+a symbolic dim left free is compiled as 1 (random inputs come in the plan's shapes).
 Compiling shows its stages on stderr (pyforge.compile's progress callback). Errors are one
 line on stderr with exit code 1 (a wrong or inapplicable option too); usage errors exit with 2.
 """
@@ -73,7 +76,22 @@ def _check_target(target: str | None) -> None:
 
 
 # the CLI flag behind each compile option it sets, for errors about a saved plan
-FLAGS = {"fusion": "--no-fusion", "precision": "--precision"}
+FLAGS = {"fusion": "--no-fusion", "precision": "--precision", "input_shapes": "--shape"}
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=1x3x224x224`` as (name, shape); ``NAME=`` is a scalar. The name may hold '='
+    (split at the last one)."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give NAME=DIMS with DIMS sizes joined by 'x', e.g. input=1x3x224x224"
+        )
+    return name, shape
 
 
 def _compile_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,6 +101,11 @@ def _compile_options(args: argparse.Namespace) -> dict[str, Any]:
         options["fusion"] = False
     if args.precision is not None:
         options["precision"] = args.precision
+    if args.shape:
+        shapes = dict(args.shape)
+        if len(shapes) < len(args.shape):
+            raise CliError("--shape names one input twice")
+        options["input_shapes"] = shapes
     return options
 
 
@@ -128,9 +151,11 @@ def _load(spec: str, args: argparse.Namespace) -> Any:
 
 
 def _random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
-    """Seeded standard-normal inputs, in the same order and dtype as models.random_inputs."""
+    """Seeded standard-normal inputs in the current plan's shapes, in the same order and dtype
+    as models.random_inputs."""
     rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in model.inputs}
+    specs = model.plan.signature(model.input_names)
+    return {name: rng.standard_normal(shape).astype(dtype) for name, shape, dtype in specs}
 
 
 def _summary_stats(model: Any) -> str:
@@ -274,6 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
             choices=["fp32", "tf32", "fp16"],
             default=None,
             help="tf32 and fp16: cuda only (default fp32; a saved plan keeps its own)",
+        )
+        p.add_argument(
+            "--shape",
+            action="append",
+            type=parse_shape,
+            metavar="NAME=DIMS",
+            help="fix an input's shape, e.g. input_ids=1x128 (repeatable; default: symbolic "
+            "dims as 1)",
         )
 
     p = sub.add_parser("compile", help="compile an ONNX model and save the plan to a directory")

@@ -36,7 +36,10 @@ def mlp():
     "kwargs, says",
     [
         ({"fuson": False}, ["'fuson'", "did you mean 'fusion'", "layout", "own_gemm", "graph"]),
-        ({"input_shapes": {"x": [1, 256]}}, ["'input_shapes'", "precision", "fused_steps"]),
+        ({"input_shap": {"x": [1, 256]}}, ["did you mean 'input_shapes'", "fused_steps"]),
+        ({"input_shapes": {"x": "big"}}, ["input_shapes['x']='big'", "tuple of sizes"]),
+        ({"input_shapes": [(1, 256)]}, ["input_shapes=[(1, 256)]", "{input name: shape}"]),
+        ({"max_plans": 0}, ["max_plans=0", "a positive int"]),
         ({"layout": "NHWC"}, ["layout='NHWC'", "did you mean 'nhwc'", "'nchw', 'nhwc'"]),
         ({"precision": "bf16"}, ["precision='bf16'", "'fp32', 'tf32', 'fp16'"]),
         ({"conv": "winograd"}, ["conv='winograd'", "'im2col', 'implicit'"]),

@@ -17,6 +17,7 @@ from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops import OPS, infer_node
 from .normalize import NORMALIZE
+from .shapes import import_dims
 
 # Ops never folded even with constant inputs (none yet; kept for ops with side effects later).
 _NO_FOLD: set[str] = set()
@@ -150,7 +151,9 @@ def import_onnx(
     model: str | os.PathLike | onnx.ModelProto | bytes,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> Graph:
-    """Import an ONNX model into a verified IR graph with static shapes everywhere."""
+    """Import an ONNX model into a verified IR graph with static shapes everywhere: each graph
+    input takes its ``input_shapes`` entry, else the file's dims with every symbolic dim as 1
+    (``frontend/shapes.py``)."""
     proto = load_model(model)
     opset = _opset(proto)
     g = proto.graph
@@ -165,19 +168,7 @@ def import_onnx(
         if inp.name in values:
             continue  # an initializer listed as input (opset < 9 style): a constant
         ttype = inp.type.tensor_type
-        dims = []
-        override = (input_shapes or {}).get(inp.name)
-        for i, d in enumerate(ttype.shape.dim):
-            if override is not None:
-                dims = list(override)
-                break
-            if d.HasField("dim_value") and d.dim_value > 0:
-                dims.append(int(d.dim_value))
-            elif d.dim_param or not d.HasField("dim_value"):
-                # a symbolic dim: batch 1 is the convention unless the caller says otherwise
-                dims.append(1)
-            else:
-                dims.append(0)
+        dims = import_dims(inp, input_shapes)
         v = Value(inp.name, tuple(dims), onnx_dtype(ttype.elem_type))
         values[inp.name] = v
         graph.inputs.append(v)

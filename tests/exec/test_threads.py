@@ -1,5 +1,6 @@
 """Concurrent predict on one CompiledModel: every call in its own execution context."""
 
+import os
 import threading
 
 import numpy as np
@@ -10,6 +11,7 @@ from onnx import TensorProto, helper
 import pyforge
 from pyforge.errors import OptionError
 from pyforge.models import ew, mlp
+from tests.helpers import run_in_simulator
 
 THREADS, CALLS = 8, 50
 
@@ -101,3 +103,39 @@ def test_default_and_bad_max_concurrency():
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(OptionError, match="max_concurrency"):
             pyforge.RuntimeOptions(max_concurrency=bad)
+
+
+INSIDE_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+@pytest.mark.sim
+@pytest.mark.skipif(INSIDE_SIM, reason="this is the launcher")
+def test_cuda_threads_in_simulator():
+    run_in_simulator(__file__, timeout=900)
+
+
+@pytest.mark.skipif(not INSIDE_SIM, reason="runs inside the simulator subprocess")
+def test_threads_get_right_answers_cuda_simulated():
+    models = {k: pyforge.compile(MODELS[k](), target="cuda", max_concurrency=2) for k in ("mlp",)}
+    assert hammer(models, 3, 3) == 0
+    rt = models["mlp"].runtime
+    assert len(rt.pool.contexts) == 2
+    a, b = rt.pool.contexts
+    assert a.arena is not b.arena and a.stream is not b.stream
+    assert a.weights is b.weights  # one device copy of the weights
+    other = pyforge.compile(mlp(batch=1), target="cuda")
+    assert other.runtime.weights is not a.weights  # another plan, other host weights
+    from pyforge.exec.cuda import CudaRuntime
+
+    assert CudaRuntime(models["mlp"].plan).weights is a.weights  # same host array: same upload
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "stepwise"])
+def test_threads_get_right_answers_cuda(graph):
+    models = {k: pyforge.compile(f(), target="cuda", graph=graph) for k, f in MODELS.items()}
+    assert hammer(models, THREADS, CALLS) == 0
+    for m in models.values():
+        contexts = m.runtime.pool.contexts
+        assert 1 <= len(contexts) <= 4
+        assert all(c.weights is contexts[0].weights for c in contexts)

@@ -13,7 +13,7 @@ from ...errors import ModelLoadError
 from ..steps import GemmStep
 
 if TYPE_CHECKING:
-    from .runtime import CudaRuntime
+    from .runtime import CudaContext
 
 WORKSPACE_BYTES = 32 << 20
 
@@ -30,7 +30,7 @@ def gemm_backend(simulated: bool) -> str:
         return "numba"
 
 
-def choose_gemm(rt: CudaRuntime, step: GemmStep) -> tuple[Callable[[], None], bool]:
+def choose_gemm(rt: CudaContext, step: GemmStep) -> tuple[Callable[[], None], bool]:
     """(the GEMM as one bound call, whether it applies the step's epilogue too)."""
     if rt.gemm_backend == "numba":
         if step.fallback is None:
@@ -41,7 +41,7 @@ def choose_gemm(rt: CudaRuntime, step: GemmStep) -> tuple[Callable[[], None], bo
     return _lt_gemm(rt, step)
 
 
-def _lt_gemm(rt: CudaRuntime, g: GemmStep) -> tuple[Callable[[], None], bool]:
+def _lt_gemm(rt: CudaContext, g: GemmStep) -> tuple[Callable[[], None], bool]:
     """A cuBLASLt call; with the epilogue folded in when cuBLASLt can express it."""
     from .cublaslt import LtGemm
 
@@ -96,7 +96,7 @@ def _lt_gemm(rt: CudaRuntime, g: GemmStep) -> tuple[Callable[[], None], bool]:
     return (lambda: lt.run(a, b, cc, d, bp, ws, handle)), folded
 
 
-def _gemm_precision(rt: CudaRuntime, g: GemmStep) -> str:
+def _gemm_precision(rt: CudaContext, g: GemmStep) -> str:
     """float16 operands (a plan compiled with precision="fp16") run cuBLASLt's fp16 tensor
     cores, accumulating in float32; float32 GEMMs left in such a plan run TF32."""
     if np.dtype(rt.plan.slots[g.d].dtype) == np.float16:

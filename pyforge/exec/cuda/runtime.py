@@ -8,6 +8,8 @@ GEMM steps' fallback kernels in place of cuBLASLt and no graph.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -16,12 +18,16 @@ from numba import cuda
 from ...errors import IndexRangeError
 from ..kernels import load_kernel, sequence
 from ..plan import DeviceFeed, ExecutionPlan
+from ..pool import ContextPool
 from ..steps import GemmStep, KernelStep, Step, kernel_steps
 from .gemm import WORKSPACE_BYTES, choose_gemm, gemm_backend, pointer
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 THREADS = 256
 MAX_BLOCKS = 132 * 16  # grid-stride loops cover the rest; enough blocks to fill an H200
+_UPLOADS: dict[int, object] = {}  # id(host weights) -> their device copy
+_UPLOAD_LOCK = threading.Lock()
+_SIMULATOR_LOCK = threading.Lock()
 
 
 def _host_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -50,7 +56,14 @@ def _capability() -> str:
 
 
 class CudaRuntime:
-    """Binds a plan to device memory. ``graph=False`` launches step by step (for debugging)."""
+    """Binds a plan to device memory. ``graph=False`` launches step by step (for debugging).
+
+    ``max_concurrency`` predicts run at once, each in its own context (arena, stream, staging,
+    error words, captured graph), made at first need; further calls wait. Every context reads
+    one device copy of the weights. Device outputs (for device inputs) live in their context's
+    arena: valid until a later predict reuses that context. Other attributes (``views``,
+    ``graph``, ``stream``, ``calls``, ``launches``...) are the first context's.
+    """
 
     def __init__(
         self,
@@ -59,9 +72,58 @@ class CudaRuntime:
         graph: bool = True,
         precision: str = "fp32",
         library_epilogues: bool = True,
+        max_concurrency: int = 4,
     ):
         if precision not in ("fp32", "tf32", "fp16"):
             raise ValueError(f"precision={precision!r}: use 'fp32', 'tf32' or 'fp16'")
+        self.plan = plan
+        weights = upload_weights(plan.weights)
+        opts = {"graph": graph, "precision": precision, "library_epilogues": library_epilogues}
+        self.first = CudaContext(plan, weights, **opts)
+        self.pool = ContextPool(
+            lambda: CudaContext(plan, weights, **opts), max_concurrency, self.first
+        )
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with self.pool.context() as ctx:
+            if SIMULATED:  # the simulator swaps module globals per launch: one at a time
+                with _SIMULATOR_LOCK:
+                    return ctx.run(feeds)
+            return ctx.run(feeds)
+
+    def __getattr__(self, name: str):
+        # stats, explain and the profiling scripts read one context's binding: the first's
+        first = self.__dict__.get("first")
+        if first is None:
+            raise AttributeError(name)
+        return getattr(first, name)
+
+
+def upload_weights(host: np.ndarray):
+    """The device copy of a plan's weights, uploaded once per host array: plans of one model
+    share their host weights, so they share this copy too (freed with the host array)."""
+    if not host.size:  # a plan without weights: a 1-byte buffer, so views have a base
+        return cuda.device_array(1, np.uint8)
+    with _UPLOAD_LOCK:
+        dev = _UPLOADS.get(id(host))
+        if dev is None:
+            dev = _UPLOADS[id(host)] = cuda.to_device(host)
+            weakref.finalize(host, _UPLOADS.pop, id(host), None)
+        return dev
+
+
+class CudaContext:
+    """One inference's device state: arena, stream, staging, error words, the captured graph."""
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        weights,
+        *,
+        graph: bool = True,
+        precision: str = "fp32",
+        library_epilogues: bool = True,
+    ):
         self.plan = plan
         self.library_epilogues = library_epilogues
         self.launches = 0
@@ -78,8 +140,7 @@ class CudaRuntime:
             from numba.cuda.cudadrv.driver import device_memset
 
             device_memset(self.arena, 0, self.arena.size, stream=self.stream)
-        host_w = plan.weights if plan.weights.size else np.zeros(1, np.uint8)
-        self.weights = cuda.to_device(host_w, stream=self.stream)
+        self.weights = weights
         self.views = {}
         for name, s in plan.slots.items():
             buf = self.arena if s.region == "arena" else self.weights
@@ -250,8 +311,8 @@ class CudaRuntime:
         return {name: host.copy() for name, host, _, _ in self._outs}
 
     def _device_outputs(self):
-        """The outputs as device arrays in the arena: no copy, valid until the next predict
-        (the convention of a CUDA-graph runtime: PyTorch's graphed outputs are static too)."""
+        """The outputs as device arrays in the arena: no copy, valid until this context runs
+        again (the convention of a CUDA-graph runtime: PyTorch's graphed outputs are static)."""
         if SIMULATED:  # the simulator's reshape hands back a plain numpy array: wrap it again
             for name in self.plan.outputs:
                 yield name, cuda.to_device(self.views[name].reshape(self.plan.slots[name].shape))

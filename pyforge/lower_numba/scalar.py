@@ -51,7 +51,30 @@ def _int_div(a: str, b: str, t: str) -> str:
 def _div(n: Node, a: list[str], t: str) -> str:
     if t.startswith(("i", "u")):
         return _int_div(a[0], a[1], t)
-    return f"({a[0]} / {a[1]})"
+    return _fdiv(a[0], a[1])
+
+
+def _fdiv(a: str, b: str) -> str:
+    # the ufunc divides as IEEE does (x/0 is +-inf or NaN); cpu's ``/`` raises ZeroDivisionError
+    return f"np.true_divide({a}, {b})"
+
+
+def _nan_max(a: str, b: str, op: str = "max") -> str:
+    # Python's max(a, b) drops a NaN b; ORT keeps either NaN and, of -0.0 and 0.0, gives b
+    return f"({a} if {a} {'>' if op == 'max' else '<'} {b} or {a} != {a} else {b})"
+
+
+def _integral(fn: str):
+    """Floor, Ceil, Round of floats: math's forms give an int64 (wrong past 2**63, -2**63 for
+    inf and NaN), so values already integral pass through and zeros keep their sign."""
+
+    def expr(n: Node, a: list[str], t: str) -> str:
+        x = a[0]
+        if t.startswith(("i", "u", "b")):
+            return x
+        return f"({x} if not abs({x}) < {lit(2.0**52, t)} else math.copysign({t}({fn(x)}), {x}))"
+
+    return expr
 
 
 def _gelu(n: Node, a: list[str], t: str) -> str:
@@ -88,17 +111,17 @@ SCALAR: dict[str, Scalar] = {
     "Sqrt": lambda n, a, t: f"math.sqrt({a[0]})",
     "Neg": lambda n, a, t: f"(-{a[0]})",
     "Abs": lambda n, a, t: f"abs({a[0]})",
-    "Reciprocal": lambda n, a, t: f"({lit(1, t)} / {a[0]})",
-    "Floor": lambda n, a, t: f"{t}(math.floor({a[0]}))",
-    "Ceil": lambda n, a, t: f"{t}(math.ceil({a[0]}))",
+    "Reciprocal": lambda n, a, t: _fdiv(lit(1, t), a[0]),
+    "Floor": _integral(lambda x: f"math.floor({x})"),
+    "Ceil": _integral(lambda x: f"math.ceil({x})"),
     "Erf": lambda n, a, t: f"math.erf({a[0]})",
     "Gelu": _gelu,
     "LeakyRelu": lambda n, a, t: (
         f"({a[0]} if {a[0]} >= {lit(0, t)} else {a[0]} * {lit(n.attrs['alpha'], t)})"
     ),
     "HardSigmoid": lambda n, a, t: (
-        f"max({lit(0, t)}, min({lit(1, t)}, {a[0]} * {lit(n.attrs['alpha'], t)}"
-        f" + {lit(n.attrs['beta'], t)}))"
+        f"min(max({a[0]} * {lit(n.attrs['alpha'], t)} + {lit(n.attrs['beta'], t)},"
+        f" {lit(0, t)}), {lit(1, t)})"
     ),
     "HardSwish": lambda n, a, t: (
         f"({a[0]} * max({lit(0, t)}, min({lit(1, t)}, {a[0]} / {lit(6, t)} + {lit(0.5, t)})))"
@@ -109,8 +132,6 @@ SCALAR: dict[str, Scalar] = {
     "Mul": lambda n, a, t: f"({a[0]} * {a[1]})",
     "Div": _div,
     "Pow": lambda n, a, t: f"{t}({a[0]} ** {a[1]})",
-    "Max": lambda n, a, t: f"max({a[0]}, {a[1]})",
-    "Min": lambda n, a, t: f"min({a[0]}, {a[1]})",
     "Cast": lambda n, a, t: _cast(n, a[0], t),
 }
 
@@ -119,14 +140,14 @@ def _fold(op: str):
     def expr(n: Node, a: list[str], t: str) -> str:
         out = a[0]
         for b in a[1:]:
-            out = f"{op}({out}, {b})" if op in ("max", "min") else f"({out} {op} {b})"
+            out = _nan_max(out, b, op) if op in ("max", "min") else f"({out} {op} {b})"
         return out
 
     return expr
 
 
 def _mean(n: Node, a: list[str], t: str) -> str:
-    return f"({_fold('+')(n, a, t)} / {lit(len(a), t)})"
+    return _fdiv(_fold("+")(n, a, t), lit(len(a), t))
 
 
 def _mod(n: Node, a: list[str], t: str) -> str:
@@ -134,14 +155,16 @@ def _mod(n: Node, a: list[str], t: str) -> str:
         return f"({a[0]} % {a[1]})"  # Python's floored modulo, as ONNX's fmod=0
     if t.startswith(("i", "u")):
         return f"{t}({a[0]} - {a[1]} * {_int_div(a[0], a[1], t)})"
-    return f"{t}(math.fmod({a[0]}, {a[1]}))"
+    # fmod(a, b) is sign(a) * (|a| mod |b|), and math.fmod is not typed by Numba's cpu target;
+    # the guard stands in for the ZeroDivisionError cpu's % would raise
+    x, y = a
+    return f"({t}(math.copysign(abs({x}) % abs({y}), {x})) if {y} != 0 else {lit(np.nan, t)})"
 
 
-def _round(n: Node, a: list[str], t: str) -> str:
-    # half to even, as ONNX and numpy round
-    x, f = a[0], f"math.floor({a[0]})"
+def _round_half_even(x: str) -> str:
+    f = f"math.floor({x})"
     up = f"({x} - {f} > 0.5 or ({x} - {f} == 0.5 and {f} % 2 != 0))"
-    return f"{t}({f} + (1.0 if {up} else 0.0))"
+    return f"{f} + (1.0 if {up} else 0.0)"
 
 
 def _isinf(n: Node, a: list[str], t: str) -> str:
@@ -182,10 +205,11 @@ SCALAR.update(
         "Asinh": lambda n, a, t: f"math.asinh({a[0]})",
         "Acosh": lambda n, a, t: f"math.acosh({a[0]})",
         "Atanh": lambda n, a, t: f"math.atanh({a[0]})",
-        "Sign": lambda n, a, t: (
-            f"({lit(1, t)} if {a[0]} > 0 else ({lit(-1, t)} if {a[0]} < 0 else {lit(0, t)}))"
+        "Sign": lambda n, a, t: (  # NaN is its own sign, as in ORT
+            f"({lit(1, t)} if {a[0]} > 0 else ({lit(-1, t)} if {a[0]} < 0 else"
+            f" ({a[0]} if {a[0]} != {a[0]} else {lit(0, t)})))"
         ),
-        "Round": _round,
+        "Round": _integral(_round_half_even),
         "Not": lambda n, a, t: f"(not {a[0]})",
         "BitwiseNot": lambda n, a, t: f"{t}(~{a[0]})",
         "IsNaN": lambda n, a, t: f"math.isnan({a[0]})",

@@ -22,7 +22,7 @@ def _gelu(n: Node, x: np.ndarray) -> np.ndarray:
 
 # op -> numpy function of (node, x); the cuda/cpu scalar forms live in lower_numba/scalar.py
 UNARY = {
-    "Relu": lambda n, x: np.maximum(x, 0),
+    "Relu": lambda n, x: np.where(x < 0, 0, x),  # -0.0 and NaN pass, as in ORT
     "Sigmoid": lambda n, x: 1 / (1 + np.exp(-x)),
     "Tanh": lambda n, x: np.tanh(x),
     "Exp": lambda n, x: np.exp(x),

@@ -14,8 +14,8 @@ from .registry import register
 
 # op -> (numpy reduction of (x, axes) with keepdims, opset from which axes is an input)
 REDUCE = {
-    "ReduceSum": (lambda x, a: np.sum(x, axis=a, keepdims=True), 13),
-    "ReduceMean": (lambda x, a: np.mean(x, axis=a, keepdims=True), 18),
+    "ReduceSum": (lambda x, a: _sum(x, a), 13),
+    "ReduceMean": (lambda x, a: _sum(x, a) / max(int(np.prod([x.shape[i] for i in a])), 1), 18),
     "ReduceMax": (lambda x, a: _extreme(np.max, x, a, -np.inf), 18),
     "ReduceMin": (lambda x, a: _extreme(np.min, x, a, np.inf), 18),
     "ReduceProd": (lambda x, a: np.prod(x, axis=a, keepdims=True), 18),
@@ -25,6 +25,12 @@ REDUCE = {
     "ReduceLogSumExp": (lambda x, a: _logsumexp(x, a), 18),
     "ReduceSumSquare": (lambda x, a: np.sum(np.square(x), axis=a, keepdims=True), 18),
 }
+
+
+def _sum(x: np.ndarray, axes) -> np.ndarray:
+    # -0.0 is the float identity: an all -0.0 sum stays -0.0, as ORT sums
+    start = x.dtype.type(-0.0) if x.dtype.kind == "f" else 0
+    return np.sum(x, axis=axes, keepdims=True, initial=start)
 
 
 def _extreme(fn, x: np.ndarray, axes, empty: float) -> np.ndarray:

@@ -9,12 +9,13 @@ from ..emit import KernelBuilder, contiguous_strides, type_name
 from ..registry import lowering
 from ..scalar import lit
 
-# op -> (initial value, accumulate(acc, v), finish(acc, count)); t is the type name
+# op -> (initial value, accumulate(acc, v), finish(acc, count)); t is the type name.
+# A sum starts at -0.0, the identity that keeps an all -0.0 sum -0.0; a NaN, once met, stays
 _KINDS = {
-    "ReduceSum": ("0", "{a} + {v}", "{a}"),
-    "ReduceMean": ("0", "{a} + {v}", "{a} / {t}({n})"),
-    "ReduceMax": ("lo", "max({a}, {v})", "{a}"),
-    "ReduceMin": ("hi", "min({a}, {v})", "{a}"),
+    "ReduceSum": ("-0", "{a} + {v}", "{a}"),
+    "ReduceMean": ("-0", "{a} + {v}", "{a} / {t}({n})"),
+    "ReduceMax": ("lo", "({v} if {v} > {a} or {v} != {v} else {a})", "{a}"),
+    "ReduceMin": ("hi", "({v} if {v} < {a} or {v} != {v} else {a})", "{a}"),
     "ReduceProd": ("1", "{a} * {v}", "{a}"),
     "ReduceL1": ("0", "{a} + abs({v})", "{a}"),
     "ReduceL2": ("0", "{a} + {v} * {v}", "math.sqrt({a})"),
@@ -31,6 +32,8 @@ def _init(kind: str, dtype: np.dtype, t: str) -> str:
             return lit(-np.inf if kind == "lo" else np.inf, t)
         info = np.iinfo(dtype)
         return lit(info.min if kind == "lo" else info.max, t)
+    if kind == "-0":
+        return lit(-0.0, t) if dtype.kind == "f" else lit(0, t)
     return lit(int(kind), t)
 
 
@@ -73,7 +76,7 @@ def reduce_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         m = kb.tmp("mx")
         kb.emit(f"{m} = {lit(-np.inf, t)}")
         _, v, _, n = reduced_loop(node, kb, coords)
-        kb.emit(f"{m} = max({m}, {v})", 1)
+        kb.emit(f"{m} = max({m}, {v})", 1)  # a NaN input makes the sum below NaN anyway
         kb.emit(f"if not math.isfinite({m}):")
         kb.emit(f"{m} = {lit(0, t)}", 1)
         kb.emit(f"{acc} = {lit(0, t)}")
@@ -98,15 +101,18 @@ def arg_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     t = type_name(x.dtype)
     best, idx = kb.tmp("best"), kb.tmp("idx")
     better = ">" if node.op == "ArgMax" else "<"
+    # NaN is the extreme, as numpy and onnx.reference take it: the first (or last) NaN wins
+    nan = f"{{v}} != {{v}} and {best} == {best}"
     if node.attrs["select_last_index"]:
         better += "="
+        nan = "{v} != {v}"
     kb.emit(f"{best} = {_init('lo' if node.op == 'ArgMax' else 'hi', np.dtype(x.dtype), t)}")
     kb.emit(f"{idx} = 0")
     kb.emit("first = True")
     j, v, _, _ = reduced_loop(node, kb, coords)
     val = kb.tmp("v")
     kb.emit(f"{val} = {v}", 1)
-    kb.emit(f"if first or {val} {better} {best}:", 1)
+    kb.emit(f"if first or {val} {better} {best} or {nan.format(v=val)}:", 1)
     kb.emit(f"{best} = {val}", 2)
     kb.emit(f"{idx} = {j}", 2)
     kb.emit("first = False", 2)

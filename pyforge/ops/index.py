@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node
-from .registry import register
+from .registry import fail, register, same_as_input
 
 # -- folded from constant inputs ----------------------------------------------------------------
 
@@ -19,10 +19,37 @@ def _constant_of_shape_eval(node: Node, xs):
     return [np.full([int(d) for d in xs[0]], value[0], value.dtype)]
 
 
-register("ConstantOfShape", _constant_of_shape_eval, const_inputs=(0,), kind="opaque")
+def _const_operands(node: Node) -> list[np.ndarray]:
+    """Its inputs' values: its output shape depends on them, so run-time ones are refused."""
+    if any(v is None or v.const is None for v in node.inputs):
+        fail(node, "a run-time input sets the output shape (data-dependent shapes are refused)")
+    return [v.const for v in node.inputs]
+
+
+def _constant_of_shape_infer(node: Node):
+    (shape,) = _const_operands(node)
+    value = node.attr("value")
+    dtype = np.float32 if value is None else np.asarray(value).dtype
+    return [(tuple(int(d) for d in shape), np.dtype(dtype))]
+
+
+def _range_infer(node: Node):
+    start, limit, delta = (np.asarray(a).item() for a in _const_operands(node))
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    return [((count,), node.inputs[0].dtype)]
+
+
+register(
+    "ConstantOfShape",
+    _constant_of_shape_eval,
+    _constant_of_shape_infer,
+    const_inputs=(0,),
+    kind="opaque",
+)
 register(
     "Range",
     lambda n, xs: [np.arange(xs[0], xs[1], xs[2]).astype(np.result_type(xs[0]))],
+    _range_infer,
     const_inputs=(0, 1, 2),
     kind="opaque",
 )
@@ -34,7 +61,13 @@ def _eyelike_eval(node: Node, xs):
     return [np.eye(x.shape[0], x.shape[1], k=int(node.attrs["k"]), dtype=dtype)]
 
 
-register("EyeLike", _eyelike_eval, shape_only=True, kind="opaque")
+def _eyelike_infer(node: Node):
+    x = node.inputs[0]
+    dtype = node.attr("dtype") if node.attr("dtype") is not None else x.dtype
+    return [(x.shape, np.dtype(dtype))]
+
+
+register("EyeLike", _eyelike_eval, _eyelike_infer, shape_only=True, kind="opaque")
 
 # -- Expand, Tile -------------------------------------------------------------------------------
 
@@ -159,8 +192,16 @@ def _d2s_eval(node: Node, xs):
     return [y.reshape(n, c // (b * b), h * b, w * b)]
 
 
-register("DepthToSpace", _d2s_eval, kind="injective", epilogue=True)
-register("SpaceToDepth", _d2s_eval, kind="injective", epilogue=True)
+def _d2s_infer(node: Node):
+    x, b = node.inputs[0], node.attrs["blocksize"]
+    n, c, h, w = x.shape
+    if node.op == "SpaceToDepth":
+        return [((n, c * b * b, h // b, w // b), x.dtype)]
+    return [((n, c // (b * b), h * b, w * b), x.dtype)]
+
+
+register("DepthToSpace", _d2s_eval, _d2s_infer, kind="injective", epilogue=True)
+register("SpaceToDepth", _d2s_eval, _d2s_infer, kind="injective", epilogue=True)
 
 # -- Trilu, OneHot ------------------------------------------------------------------------------
 
@@ -278,4 +319,4 @@ register(
 
 # -- Dropout: the identity at inference ----------------------------------------------------------
 
-register("Dropout", lambda n, xs: [xs[0]], const_inputs=(1, 2), kind="view")
+register("Dropout", lambda n, xs: [xs[0]], same_as_input(), const_inputs=(1, 2), kind="view")

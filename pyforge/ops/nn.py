@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Node
-from .registry import register, same_as_input
+from .registry import broadcast_shapes, register, same_as_input
 
 # -- window geometry shared by Conv and the pools -----------------------------------------------
 
@@ -190,6 +190,9 @@ def _gemm_dims(node: Node) -> tuple[int, int, int]:
 
 def _gemm_infer(node: Node):
     m, n, _ = _gemm_dims(node)
+    c = node.inputs[2] if len(node.inputs) > 2 else None
+    if c is not None and broadcast_shapes(node, c.shape, (m, n)) != (m, n):
+        raise ShapeError(node.op, node.name, f"C of shape {c.shape} does not broadcast to {(m, n)}")
     return [((m, n), node.inputs[0].dtype)]
 
 

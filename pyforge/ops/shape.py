@@ -86,15 +86,32 @@ def _shape_eval(node: Node, xs):
     return [shape[start:end]]
 
 
-register("Shape", _shape_eval, shape_only=True, kind="opaque")
-register("Size", lambda n, xs: [np.array(np.size(xs[0]), np.int64)], shape_only=True, kind="opaque")
+def _shape_infer(node: Node):
+    rank = len(node.inputs[0].shape)
+    kept = range(rank)[node.attrs["start"] : node.attr("end")]
+    return [((len(kept),), np.dtype(np.int64))]
+
+
+register("Shape", _shape_eval, _shape_infer, shape_only=True, kind="opaque")
+register(
+    "Size",
+    lambda n, xs: [np.array(np.size(xs[0]), np.int64)],
+    lambda n: [((), np.dtype(np.int64))],
+    shape_only=True,
+    kind="opaque",
+)
 
 
 def _constant_eval(node: Node, xs):
     return [node.attrs["value"]]
 
 
-register("Constant", _constant_eval, kind="opaque")
+def _constant_infer(node: Node):
+    value = np.asarray(node.attrs["value"])
+    return [(value.shape, value.dtype)]
+
+
+register("Constant", _constant_eval, _constant_infer, kind="opaque")
 
 
 def _gather_eval(node: Node, xs):
@@ -104,12 +121,19 @@ def _gather_eval(node: Node, xs):
     return [np.take(data, idx, axis=axis)]
 
 
-register("Gather", _gather_eval, kind="injective", epilogue=True)
+def _gather_infer(node: Node):
+    data, idx = node.inputs
+    a = node.attrs["axis"]
+    return [((*data.shape[:a], *idx.shape, *data.shape[a + 1 :]), data.dtype)]
+
+
+register("Gather", _gather_eval, _gather_infer, kind="injective", epilogue=True)
 
 
 register(
     "CastLike",
     lambda n, xs: [xs[0].astype(n.attrs["to"])],
+    lambda n: [(n.inputs[0].shape, n.inputs[1].dtype)],
     kind="elementwise",
 )
 
@@ -132,9 +156,21 @@ def _slice_eval(node: Node, xs):
     return [x[tuple(index)]]
 
 
+def _slice_infer(node: Node):
+    x = node.inputs[0]
+    starts, ends = node.attrs["starts"], node.attrs["ends"]
+    axes = node.attrs.get("axes") or list(range(len(starts)))
+    steps = node.attrs.get("steps") or [1] * len(starts)
+    shape = list(x.shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        shape[a % len(shape)] = len(range(shape[a % len(shape)])[int(s) : int(e) : int(st)])
+    return [(tuple(shape), x.dtype)]
+
+
 register(
     "Slice",
     _slice_eval,
+    _slice_infer,
     const_inputs=(1, 2, 3, 4),
     kind="injective",
     epilogue=True,

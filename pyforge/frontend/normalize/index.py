@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ShapeError
 from ...ir import Node
 from ...ops.registry import bad_attr, fail, norm_axis
 from .common import const_input, normalizes
@@ -50,8 +51,9 @@ def _pad_normalize(node: Node) -> None:
         bad_attr(node, f"mode {mode!r}")
     if any(p < 0 for p in full):
         fail(node, "negative pads (cropping)")
-    value = 0 if value is None else np.asarray(value).reshape(-1)
-    node.attrs = {"pads": full, "mode": mode, "value": float(value[0]) if np.size(value) else 0.0}
+    # constant_value is optional: torch leaves it out for reflect and edge pads
+    value = np.ravel(np.asarray(0.0 if value is None else value))
+    node.attrs = {"pads": full, "mode": mode, "value": float(value[0]) if value.size else 0.0}
     node.inputs = node.inputs[:1]
 
 
@@ -83,7 +85,14 @@ def _d2s_normalize(node: Node) -> None:
     mode = node.attrs["mode"]
     if mode not in ("DCR", "CRD"):
         bad_attr(node, f"mode {mode!r}")
-    node.attrs = {"blocksize": int(node.attr("blocksize")), "mode": mode}
+    b, (_, c, h, w) = int(node.attr("blocksize")), node.inputs[0].shape
+    if (node.op == "DepthToSpace" and c % (b * b)) or (
+        node.op == "SpaceToDepth" and (h % b or w % b)
+    ):
+        raise ShapeError(
+            node.op, node.name, f"blocksize {b} does not divide {node.inputs[0].shape}"
+        )
+    node.attrs = {"blocksize": b, "mode": mode}
 
 
 @normalizes("Trilu")

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...errors import UnsupportedOperatorError
 from ...ir import Node, Value
-from ..emit import KernelBuilder
+from ..emit import KernelBuilder, broadcast_strides
 from ..program import GemmCall, Program
 from ..registry import lowering
 from .conv import im2col
@@ -41,11 +41,9 @@ def _gemm(node: Node, prog: Program, d: str) -> GemmCall:
     call.alpha = node.attrs["alpha"]
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         c = node.inputs[2]
-        if tuple(c.shape) != (m, n):
-            raise UnsupportedOperatorError(
-                node.op, node.name, node.opset, "run-time C needing broadcast"
-            )
-        call.c, call.ldc, call.beta = prog.add(c), n, node.attrs["beta"]
+        # the GEMM reads C as a full [M, N] matrix: a broadcasting C is expanded to it first
+        name = prog.add(c) if tuple(c.shape) == (m, n) else _expanded(node, prog, c, (m, n))
+        call.c, call.ldc, call.beta = name, n, node.attrs["beta"]
     return call
 
 
@@ -59,18 +57,12 @@ def _matmul(node: Node, prog: Program, d: str) -> GemmCall:
         m = int(np.prod(sa[:-1])) if len(sa) > 1 else 1
         return GemmCall(prog.add(a), prog.add(b), d, m, n, k, k, ldb, n)
     m = 1 if len(sa) == 1 else sa[-2]
-    batch = int(np.prod(sb[:-2]))
-    if len(sa) <= 2:
-        stride_a = 0
-    elif tuple(sa[:-2]) == tuple(sb[:-2]):
-        stride_a = m * k
-    else:
-        raise UnsupportedOperatorError(
-            node.op, node.name, node.opset, f"batch broadcast {sa} x {sb}"
-        )
+    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    a_name, stride_a = _batch_operand(node, prog, a, batch, m * k)
+    b_name, stride_b = _batch_operand(node, prog, b, batch, k * n)
     return GemmCall(
-        prog.add(a),
-        prog.add(b),
+        a_name,
+        b_name,
         d,
         m,
         n,
@@ -78,11 +70,36 @@ def _matmul(node: Node, prog: Program, d: str) -> GemmCall:
         k,
         n,
         n,
-        batch=batch,
+        batch=int(np.prod(batch)),
         stride_a=stride_a,
-        stride_b=k * n,
+        stride_b=stride_b,
         stride_d=m * n,
     )
+
+
+def _batch_operand(node: Node, prog: Program, v: Value, batch: tuple, size: int):
+    """(tensor, batch stride) of one MatMul operand over the output's batch dims: stride 0 when
+    it has one matrix, its own when its batch dims are the output's, else a broadcast copy made
+    by a kernel run before the GEMM (one strided-batched GEMM has one stride per operand)."""
+    own = tuple(v.shape[:-2])
+    if int(np.prod(own)) == 1:
+        return prog.add(v), 0
+    if (1,) * (len(batch) - len(own)) + own == batch:
+        return prog.add(v), size
+    return _expanded(node, prog, v, (*batch, *v.shape[-2:])), size
+
+
+def _expanded(node: Node, prog: Program, v: Value, shape: tuple) -> str:
+    """A copy of ``v`` broadcast to ``shape``, made by a kernel step run before the GEMM."""
+    name = prog.temp(f"{node.outputs[0].name}::{v.name}::expand", shape, v.dtype)
+    kb = KernelBuilder(f"Expand {node.name}")
+    coords = kb.coords(shape)
+    src = kb.offset(broadcast_strides(v.shape, shape), coords)
+    kb.emit(f"{kb.tensor(name)}[i] = {kb.tensor(prog.add(v))}[{src}]")
+    call = kb.build(int(np.prod(shape)))
+    call.writes = [name]
+    prog.steps.append(call)  # lowering appends the GEMM call after this
+    return name
 
 
 def _conv_nchw(node: Node, prog: Program, d: str) -> GemmCall:

@@ -343,6 +343,7 @@ def compile(
       specialize=bool               shape-specialised kernels (cuda default True, cpu False)
       fusion=bool                   fuse ops into kernels (default True)
       verify=bool                   check the IR after every pass (default True)
+      memory_limit=int              bytes the arena and weights may take (default 75% of RAM)
     runtime (``RuntimeOptions``; also taken by ``load``):
       fused_steps=bool              cpu: one call per GEMM step (default True)
       own_gemm=bool                 cpu: pyforge's AVX2 GEMM, else OpenBLAS (default True)

@@ -297,7 +297,7 @@ def load_options(
     runtime = _typed(runtime, RuntimeOptions, "runtime")
     for name, value in kwargs.items():
         if name in COMPILE_FIELDS:
-            was = f" (this plan was compiled with {name}={plan_stats[name]!r})"
+            was = f" (this plan was compiled with {name}={plan_stats.get(name)!r})"
             raise OptionError(
                 name,
                 f"{name}={value!r} is a compile option: a saved plan is already compiled"

@@ -1,0 +1,173 @@
+"""Shapes at compile and at predict: input_shapes, symbolic dims bound per call, one plan per
+input signature (LRU, shared weights), saved plans, the CLI's --shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import pyforge
+import pyforge.compiler
+from pyforge.cli import main
+from pyforge.errors import InputError, OptionError
+from pyforge.models import mlp
+from tests.helpers import ATOL, RTOL, check_against_ort, make_model, run_ort
+
+
+@pytest.fixture(scope="module")
+def dynamic_mlp() -> onnx.ModelProto:
+    return mlp(batch="batch")  # x: ('batch', 256) -> y: ('batch', 10)
+
+
+def _x(batch: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed + batch).standard_normal((batch, 256)).astype(np.float32)
+
+
+def _check(model, proto, x):
+    np.testing.assert_allclose(model.predict(x), run_ort(proto, {"x": x})[0], rtol=RTOL, atol=ATOL)
+
+
+def _pair_model() -> onnx.ModelProto:
+    """y = a + b, both ('batch', 4): one symbol in two inputs."""
+    node = helper.make_node("Add", ["a", "b"], ["y"])
+    f32 = np.float32
+    return make_model(
+        [node], [("a", f32, ["batch", 4]), ("b", f32, ["batch", 4])], [("y", f32, ["batch", 4])]
+    )
+
+
+def test_a_dynamic_batch_binds_per_call_and_reuses_its_plans(dynamic_mlp):
+    model = pyforge.compile(dynamic_mlp, target="cpu")
+    assert model.inputs[0].shape == ("batch", 256)
+    assert model.stats["plans"] == [{"x": (1, 256)}]  # compile's first plan: free dims as 1
+    first = model.plan
+    _check(model, dynamic_mlp, _x(1))
+    _check(model, dynamic_mlp, _x(4))
+    assert model.plan is not first and model.plan.signature(["x"])[0][1] == (4, 256)
+    _check(model, dynamic_mlp, _x(1, seed=7))
+    assert model.plan is first  # the batch-1 plan again, not a third one
+    assert model.stats["plans"] == [{"x": (4, 256)}, {"x": (1, 256)}]  # least recent first
+    assert model.stats["max_plans"] == 8
+    assert model.inputs[0].shape == ("batch", 256)  # still symbolic: predict binds it
+
+
+def test_plans_of_one_model_share_one_weights_array(dynamic_mlp):
+    model = pyforge.compile(dynamic_mlp, target="cpu")
+    weights = model.plan.weights
+    assert weights.nbytes > 0
+    model.predict(_x(3))
+    assert model.stats["plans"][-1] == {"x": (3, 256)}
+    assert model.plan.weights is weights
+
+
+def test_max_plans_evicts_the_least_recently_used(dynamic_mlp):
+    model = pyforge.compile(dynamic_mlp, target="cpu", max_plans=1)
+    first = model.plan
+    _check(model, dynamic_mlp, _x(2))
+    assert model.stats["plans"] == [{"x": (2, 256)}]
+    _check(model, dynamic_mlp, _x(1))  # batch 1 was evicted: compiled anew
+    assert model.stats["plans"] == [{"x": (1, 256)}] and model.plan is not first
+
+
+def test_input_shapes_fix_the_plan_up_front(dynamic_mlp):
+    model, _ = check_against_ort(dynamic_mlp, {"x": _x(3)}, input_shapes={"x": (3, 256)})
+    assert model.inputs[0].shape == (3, 256)
+    assert model.stats["plans"] == [{"x": (3, 256)}]
+    with pytest.raises(InputError, match=r"'x' has shape \(2, 256\): dim 0 must be 3"):
+        model.predict(_x(2))
+
+
+def test_a_fixed_dim_given_another_size_names_the_dim(dynamic_mlp):
+    model = pyforge.compile(dynamic_mlp, target="cpu")
+    bad = np.ones((2, 255), np.float32)
+    with pytest.raises(InputError, match=r"input 'x' has shape \(2, 255\): dim 1 must be 256"):
+        model.predict(bad)
+    with pytest.raises(InputError, match="rank 3, but the model takes rank 2"):
+        model.predict(np.ones((1, 2, 256), np.float32))
+    assert model.stats["plans"] == [{"x": (1, 256)}]  # nothing compiled for a refused call
+
+
+@pytest.mark.parametrize(
+    "shapes, says",
+    [
+        ({"nope": (1, 256)}, ["['nope']", "not a graph input", "['x']"]),
+        ({"x": (256,)}, ["input_shapes['x']", "rank 1", "rank 2", "('batch', 256)"]),
+        ({"x": (4, 255)}, ["input_shapes['x']", "dim 1 must be 256"]),
+    ],
+)
+def test_bad_input_shapes_are_refused_before_any_work(monkeypatch, dynamic_mlp, shapes, says):
+    def reached(*_args, **_kwargs):
+        raise AssertionError("the importer ran: input_shapes was not checked first")
+
+    monkeypatch.setattr(pyforge.compiler, "import_onnx", reached)
+    with pytest.raises(OptionError) as e:
+        pyforge.compile(dynamic_mlp, target="cpu", input_shapes=shapes)
+    assert e.value.option == "input_shapes"
+    for text in says:
+        assert text in str(e.value)
+
+
+def test_one_symbol_in_two_inputs_binds_to_one_value():
+    proto = _pair_model()
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    model, _ = check_against_ort(proto, {"a": a, "b": b})  # batch 3, bound at predict
+    with pytest.raises(InputError) as e:
+        model.predict({"a": a, "b": b[:2]})
+    for text in ("'a'", "'b'", "'batch'", "is 3", "is 2"):
+        assert text in str(e.value)
+    with pytest.raises(OptionError, match="inputs 'a' and 'b' disagree on symbolic dim 'batch'"):
+        pyforge.compile(proto, target="cpu", input_shapes={"a": (2, 4), "b": (5, 4)})
+    fixed = pyforge.compile(proto, target="cpu", input_shapes={"a": (2, 4)})
+    assert [t.shape for t in fixed.inputs] == [(2, 4), (2, 4)]  # 'batch' fixed in b too
+
+
+def test_a_saved_plan_runs_its_own_signature_only(tmp_path, dynamic_mlp):
+    model = pyforge.compile(dynamic_mlp, target="cpu")
+    model.predict(_x(4))  # the most recent plan is the one saved
+    model.save(tmp_path / "plan")
+    loaded = pyforge.load(tmp_path / "plan", target="cpu")
+    assert loaded.inputs[0].shape == (4, 256)
+    _check(loaded, dynamic_mlp, _x(4, seed=1))
+    with pytest.raises(InputError, match=r"dim 0 must be 4; .*saved plan runs only the shapes"):
+        loaded.predict(_x(1))
+    with pytest.raises(OptionError, match="input_shapes=.* is a compile option"):
+        pyforge.load(tmp_path / "plan", target="cpu", input_shapes={"x": (1, 256)})
+
+
+def test_cli_shape_flag(tmp_path, capsys, dynamic_mlp):
+    path = tmp_path / "mlp_dynamic.onnx"
+    onnx.save(dynamic_mlp, path)
+    out = tmp_path / "y.npy"
+    args = ["run", str(path), "--shape", "x=3x256", "--target", "cpu", "-o", str(out)]
+    assert main(args) == 0
+    assert np.load(out).shape == (3, 10)
+    assert "input     x: float32[3, 256]" in capsys.readouterr().out
+
+    assert (
+        main(
+            [
+                "compile",
+                str(path),
+                "-o",
+                str(tmp_path / "p"),
+                "--shape",
+                "x=2x256",
+                "--target",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    assert pyforge.load(tmp_path / "p", target="cpu").inputs[0].shape == (2, 256)
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "p"), "--shape", "x=2x256", "--target", "cpu"]) == 1
+    assert "--shape does not apply to a saved plan" in capsys.readouterr().err
+    assert main(["bench", str(path), "--shape", "y=1x10", "--runs", "1", "--target", "cpu"]) == 1
+    assert "input_shapes names ['y'], not a graph input" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["explain", str(path), "--shape", "x=3by256"])
+    assert e.value.code == 2
+    assert "give NAME=DIMS" in capsys.readouterr().err

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from typing import Any
 
+from .errors import ResourceError
 from .exec.plan import ExecutionPlan
 from .frontend import import_onnx, load_model
+from .frontend.checks import check_declared_sizes
 from .lower_numba.build_plan import build_plan
 from .lower_numba.lower import lower_graph
 from .opt.passes import PassManager
@@ -48,6 +51,8 @@ def compile_to_plan(
     seconds: dict[str, float] = {}
     with _stage("import", seconds, progress):
         proto = load_model(model)
+        limit = o.memory_limit or default_memory_limit()
+        check_declared_sizes(proto, limit, o.input_shapes)  # before constant folding allocates
         graph = import_onnx(proto, o.input_shapes)
     names = pass_names(o.layout, o.precision, o.fusion)
     # the stage's own end call reports the last pass
@@ -59,6 +64,10 @@ def compile_to_plan(
         prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile)
     with _stage("plan", seconds, progress):
         plan = build_plan(prog, float16=o.precision == "fp16")
+    if limit is not None and plan.arena_bytes + plan.weights.nbytes > limit:  # before bind
+        need = plan.arena_bytes + plan.weights.nbytes
+        what = f"the plan's arena ({plan.arena_bytes:,} bytes) and weights"
+        raise ResourceError(f"{what} ({plan.weights.nbytes:,} bytes)", need, limit)
     plan.stats.update(
         ops_in=len(proto.graph.node),
         ops_out=len(graph.nodes),
@@ -79,3 +88,12 @@ def compile_to_plan(
         "step_labels": plan.step_labels(),
     }
     return plan, details
+
+
+def default_memory_limit() -> int | None:
+    """75% of physical memory: room for the OS and the caller's own arrays; None where the OS
+    does not tell (no check then)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    except (AttributeError, ValueError, OSError):
+        return None

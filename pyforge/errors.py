@@ -38,6 +38,20 @@ class ShapeError(PyforgeError):
         super().__init__(f"shape error in op {op!r} at node {node!r}: {detail}")
 
 
+class ResourceError(PyforgeError, MemoryError):
+    """A model or plan needs more memory than the ``memory_limit`` compile option allows;
+    raised before anything that size is allocated."""
+
+    def __init__(self, what: str, need: int, limit: int):
+        self.need, self.limit = need, limit
+        super().__init__(
+            f"{what} need {need:,} bytes ({need / 2**30:.2f} GiB), over the memory limit of "
+            f"{limit:,} bytes ({limit / 2**30:.2f} GiB); if the machine has the room, raise the "
+            "compile option memory_limit (bytes; default 75% of physical memory), else give "
+            "smaller input shapes"
+        )
+
+
 class InputError(PyforgeError):
     """predict() was given a wrong input name, shape or dtype."""
 

@@ -41,6 +41,7 @@ _VALUES: dict[str, Any] = {
     "verify": _BOOL,
     "input_shapes": _SHAPES,
     "max_plans": _COUNT,
+    "memory_limit": _COUNT,
     "fused_steps": _BOOL,
     "own_gemm": _BOOL,
     "graph": _BOOL,
@@ -128,6 +129,8 @@ class CompileOptions:
                 bind, before any work (default: none; a dim left free is bound by ``predict``)
     max_plans   plans (one per input signature) a model keeps, least recently used evicted
                 (default 8)
+    memory_limit  bytes the plan's arena and weights may take, checked before they are
+                allocated (default: 75% of physical memory)
 
     >>> pyforge.compile("mlp.onnx", options=pyforge.CompileOptions(fusion=False))
     >>> pyforge.compile("bert.onnx", input_shapes={"input_ids": (1, 128)})
@@ -142,6 +145,7 @@ class CompileOptions:
     verify: bool | None = None
     input_shapes: Mapping[str, tuple[int, ...]] | None = None
     max_plans: int | None = None
+    memory_limit: int | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)

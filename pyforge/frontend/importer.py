@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops import OPS, infer_node
+from .checks import check_model, tensor_array
 from .normalize import NORMALIZE
 from .shapes import import_dims
 
@@ -140,13 +141,6 @@ def _const_or_placeholder(v: Value) -> np.ndarray:
     return v.const if v.const is not None else np.empty(v.shape, v.dtype)
 
 
-def _opset(proto: onnx.ModelProto, domain: str = "") -> int:
-    for imp in proto.opset_import:
-        if imp.domain in ("", "ai.onnx") and domain == "":
-            return imp.version
-    return 1
-
-
 def import_onnx(
     model: str | os.PathLike | onnx.ModelProto | bytes,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -155,13 +149,13 @@ def import_onnx(
     input takes its ``input_shapes`` entry, else the file's dims with every symbolic dim as 1
     (``frontend/shapes.py``)."""
     proto = load_model(model)
-    opset = _opset(proto)
+    opset, nodes = check_model(proto)  # refuses a malformed graph; nodes producers first
     g = proto.graph
     graph = Graph(g.name or "model")
     values: dict[str, Value | None] = {"": None}
 
     for init in g.initializer:
-        arr = numpy_helper.to_array(init)
+        arr = tensor_array(init)
         values[init.name] = _const(init.name, arr, "(initializer)", init.name, opset)
 
     for inp in g.input:
@@ -173,7 +167,7 @@ def import_onnx(
         values[inp.name] = v
         graph.inputs.append(v)
 
-    for i, onode in enumerate(g.node):
+    for i, onode in nodes:
         name = onode.name or f"{onode.op_type}_{i}"
         if onode.domain not in ("", "ai.onnx"):
             raise UnsupportedOperatorError(onode.op_type, name, opset, f"domain {onode.domain!r}")

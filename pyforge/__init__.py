@@ -81,8 +81,7 @@ def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions):
 
 @dataclass
 class _Bound:
-    """One plan of a model, bound to its runtime; ``digest`` (of its weights) is taken when
-    another plan may share them."""
+    """One plan bound to its runtime; ``digest`` (its weights') is taken once another may share."""
 
     plan: ExecutionPlan
     runtime: Any
@@ -168,16 +167,13 @@ class CompiledModel:
         first = _bind(plan, target, runtime, details, progress)
         self._plans: OrderedDict[tuple, _Bound] = OrderedDict()
         self._plans[self._key_of(plan)] = first
+        self._current = first  # the most recently used; read without the lock by one load
         self._lock = threading.Lock()
         self._max_plans = 1
         self._source: _Source | None = None  # set by compile(): what more plans are built from
 
     def _key_of(self, plan: ExecutionPlan) -> tuple:
         return tuple(shape for _, shape, _ in plan.signature(self._names))
-
-    @property
-    def _current(self) -> _Bound:
-        return next(reversed(self._plans.values()))
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -194,7 +190,8 @@ class CompiledModel:
     @property
     def stats(self) -> dict[str, Any]:
         s = self._current.stats
-        s["plans"] = [dict(zip(self._names, key)) for key in self._plans]
+        with self._lock:
+            s["plans"] = [dict(zip(self._names, key)) for key in self._plans]
         s["max_plans"] = self._max_plans
         return s
 
@@ -248,13 +245,13 @@ class CompiledModel:
             bound = self._plans.get(key)
             if bound is not None:
                 self._plans.move_to_end(key)
-                return bound
-            if self._source is None:
+            elif self._source is None:
                 raise _loaded_shape_error(self._current.plan, shapes)
-            bound = self._source.build(shapes, self)
-            self._plans[key] = bound
-            while len(self._plans) > self._max_plans:
-                self._plans.popitem(last=False)
+            else:
+                bound = self._plans[key] = self._source.build(shapes, self)
+                while len(self._plans) > self._max_plans:
+                    self._plans.popitem(last=False)
+            self._current = bound
             return bound
 
     def _share_weights(self, plan: ExecutionPlan) -> None:
@@ -275,25 +272,21 @@ class CompiledModel:
 
 
 def _loaded_shape_error(plan: ExecutionPlan, shapes: dict[str, tuple]) -> errors.InputError:
-    for name, shape, _ in plan.signature(plan.inputs):
-        got = shapes[name]
-        if got != shape:
-            dims = [i for i, (a, b) in enumerate(zip(got, shape)) if a != b]
-            where = (
-                f"dim {dims[0]} must be {shape[dims[0]]}" if dims else f"rank must be {len(shape)}"
-            )
-            return errors.InputError(
-                f"input {name!r} has shape {got}, expected {shape}: {where}; this model holds one "
-                "plan, for that signature (a saved plan runs only the shapes it was compiled "
-                "for): compile the ONNX model to run others"
-            )
-    return errors.InputError(f"inputs {shapes} match no plan of this model")
+    want = {name: shape for name, shape, _ in plan.signature(plan.inputs)}
+    name = next(n for n in want if shapes[n] != want[n])  # a miss: some input differs
+    got, shape = shapes[name], want[name]
+    dim = next((i for i, (a, b) in enumerate(zip(got, shape)) if a != b), None)
+    where = f"rank must be {len(shape)}" if dim is None else f"dim {dim} must be {shape[dim]}"
+    return errors.InputError(
+        f"input {name!r} has shape {got}, expected {shape}: {where}; this model holds one plan "
+        "(a saved plan runs only the shapes it was compiled for): compile the ONNX model to "
+        "run others"
+    )
 
 
 @dataclass
 class _Source:
-    """What ``predict`` compiles a new signature's plan from: the model, its resolved options,
-    its inputs' dims (after ``input_shapes``)."""
+    """What ``predict`` compiles a new signature's plan from (specs: after ``input_shapes``)."""
 
     proto: Any
     options: CompileOptions

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import helper
 
@@ -171,3 +172,13 @@ def test_cli_shape_flag(tmp_path, capsys, dynamic_mlp):
         main(["explain", str(path), "--shape", "x=3by256"])
     assert e.value.code == 2
     assert "give NAME=DIMS" in capsys.readouterr().err
+
+
+def test_a_shape_error_at_the_default_ones_says_which_dims_were_guessed():
+    w = onnx.numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    proto = make_model([node], [("a", np.float32, [1, "s"])], [("y", np.float32, [1, 3])], [w])
+    with pytest.raises(pyforge.errors.ShapeError, match=r"free dims \['a\[1\]=s'\] as 1"):
+        pyforge.compile(proto, target="cpu")
+    a = np.random.default_rng(2).standard_normal((1, 2)).astype(np.float32)
+    check_against_ort(proto, {"a": a}, input_shapes={"a": (1, 2)})

@@ -110,6 +110,7 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
     gemm = low is not None and low.form == "gemm"
     kb = KernelBuilder(label)
     ew = _Elementwise(kb, prog, shape)
+    stored = outs
     if gemm:
         a_out = anchor.outputs[0]
         in_place = (
@@ -117,7 +118,10 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
             and a_out not in outs
             and len(outs) == 1
             and (outs[0].shape == a_out.shape and outs[0].dtype == a_out.dtype)
+            and len(a_out.shape) > 0  # the library epilogue's bias and rows need an axis
         )
+        # the GEMM writes its own output; the epilogue kernel stores only what follows it
+        stored = [o for o in outs if o is not a_out]
         d = prog.add(outs[0]) if in_place else prog.add(a_out)
         implicit = _implicit_conv_step(anchor, epilogue, in_place, d, prog, conv)
         if implicit is not None:
@@ -138,9 +142,9 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
         ew.env[id(anchor.outputs[0])] = low.emit(anchor, kb, coords)
     for m in epilogue:
         ew.member(m)
-    ew.store(outs)
+    ew.store(stored)
     call = kb.build(int(np.prod(shape)))
-    call.writes = [o.name for o in outs]
+    call.writes = [o.name for o in stored]
     if gemm:
         gemm_call.epilogue = call  # no in-place reuse: the GEMM writes D before C is read
         return

@@ -130,6 +130,10 @@ def _gather_elements_eval(node: Node, xs):
     data, idx = xs
     axis = node.attrs["axis"]
     idx = np.where(idx < 0, idx + data.shape[axis], idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[axis]):
+        fail(node, f"an index outside [{-data.shape[axis]}, {data.shape[axis]}) on axis {axis}")
+    # the indices may be shorter than the data on the other axes: those read its leading part
+    data = data[tuple(slice(None) if a == axis else slice(d) for a, d in enumerate(idx.shape))]
     return [np.take_along_axis(data, idx, axis=axis)]
 
 

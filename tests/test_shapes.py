@@ -182,3 +182,12 @@ def test_a_shape_error_at_the_default_ones_says_which_dims_were_guessed():
         pyforge.compile(proto, target="cpu")
     a = np.random.default_rng(2).standard_normal((1, 2)).astype(np.float32)
     check_against_ort(proto, {"a": a}, input_shapes={"a": (1, 2)})
+
+
+def test_an_unnamed_dim_shows_as_none_and_binds_on_its_own():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    proto = make_model([node], [("x", np.float32, [None, 4])], [("y", np.float32, [None, 4])])
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    model, _ = check_against_ort(proto, {"x": x})
+    assert model.inputs[0].shape == (None, 4)
+    assert model.stats["plans"] == [{"x": (1, 4)}, {"x": (3, 4)}]

@@ -15,6 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import ModelLoadError, ResourceError
+from .shapes import import_dims
 
 Order = list[tuple[int, onnx.NodeProto]]  # (index in the proto, node), producers first
 
@@ -218,32 +219,51 @@ def check_declared_sizes(
     proto: onnx.ModelProto, limit: int | None, input_shapes: Mapping | None = None
 ) -> None:
     """Refuse a model whose declared inputs and constants alone pass ``limit`` bytes, before
-    constant folding allocates anything; symbolic dims count as 1, as the importer binds them."""
+    constant folding allocates anything; each input at the dims the importer gives it."""
     if limit is None:
         return
     g = proto.graph
     sizes: list[tuple[int, str]] = []
     inits = {t.name for t in g.initializer}
     for inp in g.input:
-        tt = inp.type.tensor_type
-        if inp.name in inits or not tt.HasField("shape"):
-            continue
-        dims = (input_shapes or {}).get(inp.name)
-        if dims is None:
-            dims = [d.dim_value if d.dim_value > 0 else 1 for d in tt.shape.dim]
-        itemsize = _itemsize(tt.elem_type)
-        sizes.append((math.prod(dims) * itemsize, f"input {inp.name!r} {list(dims)}"))
+        if inp.name not in inits:
+            dims = import_dims(inp, input_shapes)
+            size = math.prod(dims) * _itemsize(inp.type.tensor_type.elem_type)
+            sizes.append((size, f"input {inp.name!r} {list(dims)}"))
     for t in g.initializer:
         sizes.append((math.prod(t.dims) * _itemsize(t.data_type), f"initializer {t.name!r}"))
+    sizes += _folded_sizes(g)
     total = sum(s for s, _ in sizes)
     if total > limit:
         biggest = max(sizes)
         raise ResourceError(
-            f"the model's declared inputs and initializers (largest: {biggest[1]}, "
-            f"{biggest[0]} bytes)",
+            f"the model's inputs and constants (largest: {biggest[1]}, {biggest[0]:,} bytes)",
             total,
             limit,
         )
+
+
+def _folded_sizes(g: onnx.GraphProto) -> list[tuple[int, str]]:
+    """ConstantOfShape and Expand nodes whose target shape is a literal constant: folding them
+    allocates that shape (counted at 1 byte an element for Expand: a lower bound)."""
+    consts = {t.name: t for t in g.initializer}
+    consts.update(
+        (n.output[0], a.t)
+        for n in g.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    )
+    sizes = []
+    for i, n in enumerate(g.node):
+        k = {"ConstantOfShape": 0, "Expand": 1}.get(n.op_type)
+        if k is None or len(n.input) <= k or n.input[k] not in consts:
+            continue
+        shape = [max(int(d), 0) for d in tensor_array(consts[n.input[k]]).ravel()]
+        value = [a.t.data_type for a in n.attribute if a.name == "value"]
+        itemsize = _itemsize(value[0] if value else TensorProto.FLOAT) if k == 0 else 1
+        sizes.append((math.prod(shape) * itemsize, f"the output of node {label(i, n)} {shape}"))
+    return sizes
 
 
 def _itemsize(data_type: int, unknown: int = 1) -> int:

@@ -220,15 +220,52 @@ def test_external_data_shorter_than_dims(tmp_path, monkeypatch):
 # --- memory limit --------------------------------------------------------------------------
 
 
-def test_a_huge_declared_input_is_refused_before_anything_is_allocated():
-    side = 1 << 20  # 4 TiB of float32: more than any machine running this has
-    model = make_model(
-        [node("Shape", ["x"], ["s"], "s0"), node("Reshape", ["x", "s"], ["y"], "r0")],
-        [("x", F, [side, side])],
-        [("y", F, [side, side])],
-    )
-    with pytest.raises(ResourceError, match="input 'x' \\[1048576, 1048576\\].*memory_limit"):
-        pyforge.compile(model, target="cpu")
+SIDE = 1 << 20  # [SIDE, SIDE] float32 is 4 TiB: more than any machine running this has
+SHAPE = numpy_helper.from_array(np.array([SIDE, SIDE], np.int64), "shape")
+ONE = numpy_helper.from_array(np.ones(1, F), "one")
+
+
+@pytest.mark.parametrize(
+    "nodes, dims, inits, input_shapes, want",
+    [
+        (
+            [node("Shape", ["x"], ["s"], "s0"), node("Reshape", ["x", "s"], ["y"], "r0")],
+            [SIDE, SIDE],
+            [],
+            None,
+            "input 'x' \\[1048576, 1048576\\]",
+        ),
+        (
+            [node("EyeLike", ["x"], ["y"], "eye0")],
+            ["n", "n"],
+            [],
+            {"x": (SIDE, SIDE)},
+            "input 'x' \\[1048576, 1048576\\]",
+        ),
+        (
+            [node("ConstantOfShape", ["shape"], ["y"], "cos0")],
+            None,
+            [SHAPE],
+            None,
+            "node 'cos0' \\(ConstantOfShape\\) \\[1048576, 1048576\\], 4,398,046,511,104 bytes",
+        ),
+        (
+            [node("Expand", ["one", "shape"], ["y"], "ex0")],
+            None,
+            [SHAPE, ONE],
+            None,
+            "node 'ex0' \\(Expand\\) \\[1048576, 1048576\\]",
+        ),
+    ],
+    ids=["input", "input_shapes", "ConstantOfShape", "Expand"],
+)
+def test_huge_inputs_and_constants_are_refused_before_folding_allocates(
+    nodes, dims, inits, input_shapes, want
+):
+    inputs = [("x", F, dims)] if dims else []
+    model = make_model(nodes, inputs, [("y", F, [SIDE, SIDE])], inits)
+    with pytest.raises(ResourceError, match=f"{want}.*over the memory limit.*memory_limit"):
+        pyforge.compile(model, target="cpu", input_shapes=input_shapes)
 
 
 def _tiled(n=4096):

@@ -3,6 +3,8 @@ input signature (LRU, shared weights), saved plans, the CLI's --shape."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import onnx
 import onnx.numpy_helper
@@ -191,3 +193,20 @@ def test_an_unnamed_dim_shows_as_none_and_binds_on_its_own():
     model, _ = check_against_ort(proto, {"x": x})
     assert model.inputs[0].shape == (None, 4)
     assert model.stats["plans"] == [{"x": (1, 4)}, {"x": (3, 4)}]
+
+
+def test_threads_bringing_new_signatures_each_get_their_plan():
+    proto = _pair_model()
+    model = pyforge.compile(proto, target="cpu")
+    rng = np.random.default_rng(9)
+    cases = [rng.standard_normal((2, b % 3 + 1, 4)).astype(np.float32) for b in range(8)]
+
+    def run(ab):
+        return model.predict({"a": ab[0], "b": ab[1]})
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(run, cases))
+    for ab, y in zip(cases, got):
+        want = run_ort(proto, {"a": ab[0], "b": ab[1]})[0]
+        np.testing.assert_allclose(y, want, rtol=RTOL, atol=ATOL)
+    assert sorted(p["a"] for p in model.stats["plans"]) == [(1, 4), (2, 4), (3, 4)]

@@ -150,9 +150,10 @@ _BITS = {
 _COMPLEX = {TensorProto.COMPLEX64, TensorProto.COMPLEX128}
 
 
-def check_tensor(t: TensorProto, what: str, base_dir: str = "") -> None:
+def check_tensor(t: TensorProto, what: str) -> None:
     """Refuse tensor data that disagrees with the dims, or an external data file that is
-    missing; ``base_dir`` is where external data lives ("": the current directory)."""
+    missing (looked for where onnx reads it for a ModelProto: the current directory; a model
+    read from a path has its external data loaded already)."""
     if any(d < 0 for d in t.dims):
         raise ModelLoadError(f"{what} {t.name!r} has negative dims {list(t.dims)}")
     dtype, n = _type_name(t.data_type), math.prod(t.dims)
@@ -161,7 +162,7 @@ def check_tensor(t: TensorProto, what: str, base_dir: str = "") -> None:
         return  # no fixed size: refused later as a type no kernel has
     need = -(-n * bits // 8)
     if t.data_location == TensorProto.EXTERNAL:
-        _check_external(t, what, base_dir, need)
+        _check_external(t, what, need)
         return
     if t.HasField("raw_data"):
         if len(t.raw_data) != need:
@@ -186,18 +187,17 @@ def _type_name(data_type: int) -> str:
     return f"type {data_type}"
 
 
-def _check_external(t: TensorProto, what: str, base_dir: str, need: int) -> None:
+def _check_external(t: TensorProto, what: str, need: int) -> None:
     info = {e.key: e.value for e in t.external_data}
     location = info.get("location", "")
-    path = os.path.join(base_dir, location)
-    where = base_dir or "the current directory: a ModelProto in memory carries no directory"
-    if not location or not os.path.isfile(path):
+    if not location or not os.path.isfile(location):
         raise ModelLoadError(
-            f"{what} {t.name!r}: its external data file {location!r} is missing (looked in "
-            f"{where}); keep it beside the model file and compile from the file's path"
+            f"{what} {t.name!r}: its external data file {location!r} is missing (looked in the "
+            "current directory: a ModelProto in memory carries no directory); keep it beside "
+            "the model file and compile from the file's path"
         )
     offset, length = int(info.get("offset", 0)), int(info.get("length", need))
-    size = os.path.getsize(path)
+    size = os.path.getsize(location)
     if length != need or offset + length > size:
         raise ModelLoadError(
             f"{what} {t.name!r}: dims {list(t.dims)} of {_type_name(t.data_type)} need {need} "

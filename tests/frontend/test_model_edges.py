@@ -140,15 +140,15 @@ def test_a_model_importing_no_opset_is_refused_as_ort_does():
 
 
 def test_no_default_domain_opset_reads_the_newest_as_ort_does():
-    # Softmax's axis default changed at opset 13 (the whole trailing block before): a silent
-    # fallback to opset 1 would normalise over both dims here
+    # Softmax's axis default changed at opset 13 (before: axis 1 and every dim after it), so
+    # reading this at opset 1 would normalise over the last two dims instead of the last
     model = make_model(
-        [node("Softmax", ["x"], ["y"], "sm")], [("x", F, [2, 3])], [("y", F, [2, 3])]
+        [node("Softmax", ["x"], ["y"], "sm")], [("x", F, [2, 3, 4])], [("y", F, [2, 3, 4])]
     )
     model.opset_import[0].domain = "com.example"
     newest = onnx.defs.onnx_opset_version()
     with pytest.warns(UserWarning, match=f"no opset of the default ONNX domain.*opset {newest}"):
-        check_against_ort(model, {"x": RNG.standard_normal((2, 3)).astype(F)})
+        check_against_ort(model, {"x": RNG.standard_normal((2, 3, 4)).astype(F)})
 
 
 # --- tensor data ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     norm,
     reduce,
     resize,
+    scatter,
     softmax,
     window,
 )

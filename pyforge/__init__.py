@@ -119,18 +119,18 @@ def _weights_digest(b: _Bound) -> str:
     return b.digest
 
 
-def _feed_shapes(names: list[str], x: Any) -> dict[str, tuple[int, ...]] | None:
-    """The shape of each input ``predict`` was given; None when the names are wrong (then the
-    plan's own check names them)."""
+def _feed_key(names: list[str], x: Any) -> tuple | None:
+    """The input signature ``predict`` was given (one shape per input, in order); None when
+    the names are wrong (then the plan's own check names them)."""
     if not isinstance(x, dict):
-        x = {names[0]: x} if len(names) == 1 else {}
+        return (_shape(x),) if len(names) == 1 else None
     if len(x) != len(names) or any(n not in x for n in names):
         return None
-    out = {}
-    for n in names:
-        shape = getattr(x[n], "shape", None)
-        out[n] = tuple(int(d) for d in (np.shape(x[n]) if shape is None else shape))
-    return out
+    return tuple(_shape(x[n]) for n in names)
+
+
+def _shape(v: Any) -> tuple:  # numpy, Numba, CuPy, torch (a tuple subclass) arrays; lists
+    return np.shape(v) if getattr(v, "shape", None) is None else tuple(v.shape)
 
 
 class CompiledModel:
@@ -166,14 +166,11 @@ class CompiledModel:
         self._names = list(plan.inputs)
         first = _bind(plan, target, runtime, details, progress)
         self._plans: OrderedDict[tuple, _Bound] = OrderedDict()
-        self._plans[self._key_of(plan)] = first
+        self._plans[tuple(shape for _, shape, _ in plan.signature(self._names))] = first
         self._current = first  # the most recently used; read without the lock by one load
         self._lock = threading.Lock()
         self._max_plans = 1
         self._source: _Source | None = None  # set by compile(): what more plans are built from
-
-    def _key_of(self, plan: ExecutionPlan) -> tuple:
-        return tuple(shape for _, shape, _ in plan.signature(self._names))
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -233,14 +230,17 @@ class CompiledModel:
 
         >>> y = model.predict(cuda.to_device(x))   # y: DeviceNDArray; y.copy_to_host()
         """
-        bound = self._plan_for(_feed_shapes(self._names, x))
+        bound = self._plan_for(_feed_key(self._names, x))
         outs = bound.runtime.run(normalise_feeds(bound.plan, x))
         return outs[bound.plan.outputs[0]] if len(outs) == 1 else outs
 
-    def _plan_for(self, shapes: dict[str, tuple[int, ...]] | None) -> _Bound:
-        if shapes is None:
-            return self._current
-        key = tuple(shapes[n] for n in self._names)
+    def _plan_for(self, key: tuple | None) -> _Bound:
+        current = self._current
+        if key is None:
+            return current
+        if self._plans.get(key) is current:  # the steady state: the same signature again
+            return current
+        shapes = dict(zip(self._names, key))
         with self._lock:
             bound = self._plans.get(key)
             if bound is not None:

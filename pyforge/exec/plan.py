@@ -1,11 +1,14 @@
 """ExecutionPlan: arena layout, weights, ordered steps and kernel sources; saved as plain files.
 
 Saving writes ``plan.json``, ``weights.bin`` and ``kernels/<key>.<target>.py``; loading needs
-numpy only (no onnx), so a saved plan runs without the model file.
+numpy only (no onnx), so a saved plan runs without the model file. A plan is data: loading
+(``plan_files.py``) checks every file against the sizes and sha256 sums in plan.json and every
+step against the slots before any kernel is imported.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -13,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, ModelLoadError, PyforgeError
-from .steps import GemmStep, Step, step_from_json
+from ..errors import InputError, ModelLoadError
+from .steps import GemmStep, Step
 
 # plan.json's "format": bumped whenever a saved plan's meaning changes; another is refused
-FORMAT = 2
+FORMAT = 3
 
 
 @dataclass
@@ -54,61 +57,59 @@ class ExecutionPlan:
         """One line per step for reports: the kernel's label, else the step kind."""
         return [s.label or ("gemm" if isinstance(s, GemmStep) else "kernel") for s in self.steps]
 
+    def kernel_source(self, key: str, target: str) -> str:
+        """The ``target`` source of kernel ``key``; a plan without it cannot run there."""
+        source = self.kernels.get(key, {}).get(target)
+        if source is None:
+            raise ModelLoadError(f"the plan has no {target} source for kernel {key!r}")
+        return source
+
     def save(self, directory: str) -> None:
+        """Write plan.json, weights.bin and kernels/; plan.json records every file's size and
+        sha256 and its own checksum, which ``load`` checks."""
         os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
+        files = {WEIGHTS: _write(directory, WEIGHTS, self.weights.tobytes())}
+        for key, sources in sorted(self.kernels.items()):
+            for target, src in sorted(sources.items()):
+                name = f"kernels/{key}.{target}.py"
+                files[name] = _write(directory, name, src.encode())
         meta = {
             "format": FORMAT,
             "arena_bytes": self.arena_bytes,
-            "slots": {k: asdict(s) for k, s in self.slots.items()},
+            "slots": {k: dict(asdict(s), nbytes=s.nbytes) for k, s in self.slots.items()},
             "steps": [s.to_json() for s in self.steps],
             "inputs": self.inputs,
             "outputs": self.outputs,
             "stats": self.stats,
             "kernels": sorted(self.kernels),
+            "files": files,
         }
+        meta["checksum"] = meta_checksum(meta)
         with open(os.path.join(directory, "plan.json"), "w") as f:
             json.dump(meta, f, indent=1)
-        self.weights.tofile(os.path.join(directory, "weights.bin"))
-        for key, sources in self.kernels.items():
-            for target, src in sources.items():
-                with open(os.path.join(directory, "kernels", f"{key}.{target}.py"), "w") as f:
-                    f.write(src)
 
     @classmethod
     def load(cls, directory: str) -> ExecutionPlan:
-        path = os.path.join(directory, "plan.json")
-        if not os.path.isfile(path):
-            raise PyforgeError(f"no saved plan at {directory} (plan.json missing)")
-        with open(path) as f:
-            meta = json.load(f)
-        if meta.get("format") != FORMAT:
-            raise ModelLoadError(
-                f"the plan at {directory} has format {meta.get('format')!r}, this pyforge reads "
-                f"format {FORMAT}: it was saved by another pyforge version and must be recompiled"
-            )
-        kernels = {}
-        for key in meta["kernels"]:
-            kernels[key] = {}
-            for target in ("cpu", "cuda"):
-                p = os.path.join(directory, "kernels", f"{key}.{target}.py")
-                if os.path.exists(p):
-                    with open(p) as f:
-                        kernels[key][target] = f.read()
-        weights = np.fromfile(os.path.join(directory, "weights.bin"), dtype=np.uint8)
-        slots = {
-            k: Slot(s["region"], s["offset"], tuple(s["shape"]), s["dtype"])
-            for k, s in meta["slots"].items()
-        }
-        return cls(
-            meta["arena_bytes"],
-            slots,
-            [step_from_json(d) for d in meta["steps"]],
-            kernels,
-            meta["inputs"],
-            meta["outputs"],
-            weights,
-            meta["stats"],
-        )
+        """The plan saved in ``directory``, every file checked against plan.json and every step
+        against the slots before anything runs (``ModelLoadError`` naming file and field)."""
+        from .plan_files import read_plan
+
+        return read_plan(cls, directory)
+
+
+WEIGHTS = "weights.bin"
+
+
+def meta_checksum(meta: dict[str, Any]) -> str:
+    """sha256 of plan.json's content less its "checksum" field, in one canonical form."""
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _write(directory: str, name: str, data: bytes) -> dict[str, Any]:
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class _CpuContext:
 
     def _bound(self, step: KernelStep) -> tuple[str, Callable, int, tuple]:
         """(module name, compiled kernel, n, arguments) of a kernel step."""
-        fn, path = load_kernel(self.plan.kernels[step.kernel]["cpu"], "cpu")
+        fn, path = load_kernel(self.plan.kernel_source(step.kernel, "cpu"), "cpu")
         self.rt.kernel_paths[step.kernel] = path
         # "w" (a 16-byte view on cuda) is the plain tensor here
         args = tuple(

@@ -178,7 +178,8 @@ class CudaContext:
     def bind_kernel(self, step: KernelStep) -> Callable[[], None]:
         """One launch of a kernel step, its arguments and grid bound now."""
         self.launches += 1
-        fn, path = load_kernel(self.plan.kernels[step.kernel]["cuda"], "cuda", self.capability)
+        source = self.plan.kernel_source(step.kernel, "cuda")
+        fn, path = load_kernel(source, "cuda", self.capability)
         self.kernel_paths[step.kernel] = path
         bound = tuple(
             self._error_word(step.label or step.kernel)

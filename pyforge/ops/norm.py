@@ -10,8 +10,10 @@ from .registry import register, same_as_input
 
 
 def _stats(node: Node, x: np.ndarray):
+    # float64 statistics: a constant row's float32 mean is off by a rounding that 1/sqrt(eps)
+    # magnifies, where ORT gives exactly 0
     axes = tuple(range(node.attrs["axis"], x.ndim))
-    xf = x.astype(np.float32)
+    xf = x.astype(np.float64)
     if node.op == "RMSNormalization":
         return None, 1 / np.sqrt(np.mean(xf * xf, axis=axes, keepdims=True) + node.attrs["epsilon"])
     mean = xf.mean(axis=axes, keepdims=True)
@@ -52,11 +54,11 @@ register("RMSNormalization", _norm_eval, _norm_infer, kind="rows", epilogue=True
 
 def _mvn_eval(node: Node, xs):
     x, axes = xs[0], tuple(node.attrs["axes"])
-    xf = x.astype(np.float32)
+    xf = x.astype(np.float64)  # as _stats
     mean = xf.mean(axis=axes, keepdims=True)
     std = np.sqrt(((xf - mean) ** 2).mean(axis=axes, keepdims=True))
     # ONNX's function body adds 1e-9 to the standard deviation, not to the variance
-    return [((xf - mean) / (std + np.float32(1e-9))).astype(x.dtype)]
+    return [((xf - mean) / (std + 1e-9)).astype(x.dtype)]
 
 
 register("MeanVarianceNormalization", _mvn_eval, same_as_input(), kind="rows", epilogue=True)
@@ -68,7 +70,7 @@ register("MeanVarianceNormalization", _mvn_eval, same_as_input(), kind="rows", e
 def _group_eval(node: Node, xs):
     x, scale, bias = xs
     n, c, g = x.shape[0], x.shape[1], node.attrs["groups"]
-    xg = x.astype(np.float32).reshape(n, g, -1)
+    xg = x.astype(np.float64).reshape(n, g, -1)  # as _stats
     mean = xg.mean(axis=2, keepdims=True)
     var = ((xg - mean) ** 2).mean(axis=2, keepdims=True)
     y = ((xg - mean) / np.sqrt(var + node.attrs["epsilon"])).reshape(x.shape)

@@ -11,18 +11,26 @@ from ..scalar import lit
 
 
 def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred: bool = True):
-    """Emit the mean (0 when not ``centred``, as RMSNorm) and 1/sqrt(var + eps) of src[base:+L]."""
-    j, s, m, inv = (kb.tmp(p) for p in ("j", "ssq", "mu", "rstd"))
+    """Emit (shift, mean - shift, 1/sqrt(var + eps)) of src[base:+L]; x - mean is
+    (x - shift) - (mean - shift). Not ``centred`` (RMSNorm): shift and mean are 0.
+
+    The statistics are of the row shifted by its first element: a constant row is then exactly
+    0 (an unshifted float32 mean is off by a rounding, which 1/sqrt(eps) magnifies), and a row
+    far from 0 loses no digits to cancellation."""
+    j, s, m, inv, k, d = (kb.tmp(p) for p in ("j", "ssq", "mu", "rstd", "k", "d"))
     kb.emit(f"{m} = {lit(0, 'f32')}")
+    kb.emit(f"{k} = {lit(0, 'f32')}")
     if centred:
+        kb.emit(f"{k} = f32({src}[{base}])")
         kb.emit(f"for {j} in range({L}):")
-        kb.emit(f"{m} += {src}[{base} + {j}]", 1)
+        kb.emit(f"{m} += {src}[{base} + {j}] - {k}", 1)
         kb.emit(f"{m} = {m} / f32({L})")
     kb.emit(f"{s} = {lit(0, 'f32')}")
     kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{s} += ({src}[{base} + {j}] - {m}) * ({src}[{base} + {j}] - {m})", 1)
+    kb.emit(f"{d} = {src}[{base} + {j}] - {k} - {m}", 1)
+    kb.emit(f"{s} += {d} * {d}", 1)
     kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {lit(eps, 'f32')})")
-    return m, inv
+    return k, m, inv
 
 
 @lowering("LayerNormalization", "RMSNormalization", form="element")
@@ -36,9 +44,9 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     base = kb.tmp("rb")
     lead = kb.offset(contiguous_strides(x.shape[:a]), coords[:a]) if a else "0"
     kb.emit(f"{base} = ({lead}) * {L}")
-    m, inv = moments(kb, src, base, L, node.attrs["epsilon"], node.op == "LayerNormalization")
+    k, m, inv = moments(kb, src, base, L, node.attrs["epsilon"], node.op == "LayerNormalization")
     if part == 1:
-        return m
+        return f"({k} + {m})"
     if part == 2:
         return inv
     inner = coords[a:]
@@ -46,7 +54,8 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     y = kb.tmp("y")
     scale = node.inputs[1]
     soff = kb.offset(broadcast_strides(scale.shape, x.shape[a:]), inner)
-    kb.emit(f"{y} = {t}(({src}[{base} + {off}] - {m}) * {inv}) * {kb.tensor(scale.name)}[{soff}]")
+    x_c = f"({src}[{base} + {off}] - {k} - {m})"
+    kb.emit(f"{y} = {t}({x_c} * {inv}) * {kb.tensor(scale.name)}[{soff}]")
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         b = node.inputs[2]
         boff = kb.offset(broadcast_strides(b.shape, x.shape[a:]), inner)
@@ -66,11 +75,11 @@ def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     C = kb.int_param(c, "C")
     base, y = kb.tmp("gb"), kb.tmp("y")
     kb.emit(f"{base} = (({coords[0]} * {C} + {coords[1]}) // {CG}) * {L}")
-    m, inv = moments(kb, src, base, L, node.attrs["epsilon"])
+    k, m, inv = moments(kb, src, base, L, node.attrs["epsilon"])
     off = kb.offset(contiguous_strides(x.shape), coords)
     ch = f"({coords[1]} // {CG})" if node.attrs["per_group"] else coords[1]
     kb.emit(
-        f"{y} = {t}(({src}[{off}] - {m}) * {inv}) * {kb.tensor(scale.name)}[{ch}]"
+        f"{y} = {t}(({src}[{off}] - {k} - {m}) * {inv}) * {kb.tensor(scale.name)}[{ch}]"
         f" + {kb.tensor(bias.name)}[{ch}]"
     )
     return y
@@ -138,13 +147,16 @@ def mvn_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
             kb.emit(f"{r} = {r} // {d}", 1)
         kb.emit(body, 1)
 
-    m, ssq, y = kb.tmp("mu"), kb.tmp("ssq"), kb.tmp("y")
+    # shifted by the first reduced element, as moments() and for the same reasons
+    m, ssq, y, k = kb.tmp("mu"), kb.tmp("ssq"), kb.tmp("y"), kb.tmp("k")
+    kb.emit(f"{k} = f32({src}[{base}])")
     kb.emit(f"{m} = {lit(0, 'f32')}")
-    walk(f"{m} += {src}[{off}]")
+    walk(f"{m} += {src}[{off}] - {k}")
     kb.emit(f"{m} = {m} / f32({L})")
     kb.emit(f"{ssq} = {lit(0, 'f32')}")
-    walk(f"{ssq} += ({src}[{off}] - {m}) * ({src}[{off}] - {m})")
+    walk(f"{ssq} += ({src}[{off}] - {k} - {m}) * ({src}[{off}] - {k} - {m})")
     at = kb.offset(strides, coords)
     std = f"math.sqrt({ssq} / f32({L}))"
-    kb.emit(f"{y} = {type_name(x.dtype)}(({src}[{at}] - {m}) / ({std} + {lit(1e-9, 'f32')}))")
+    x_c = f"({src}[{at}] - {k} - {m})"
+    kb.emit(f"{y} = {type_name(x.dtype)}({x_c} / ({std} + {lit(1e-9, 'f32')}))")
     return y

@@ -209,8 +209,9 @@ def _gemm_eval(node: Node, xs):
 register("Gemm", _gemm_eval, _gemm_infer, kind="gemm", epilogue=True, half="compute")
 
 
-def _matmul_infer(node: Node):
-    a, b = node.inputs
+def matmul_shape(node: Node) -> tuple[int, ...]:
+    """numpy.matmul's output shape of the first two inputs, or a ShapeError."""
+    a, b = node.inputs[:2]
     sa, sb = a.shape, b.shape
     ra = (1,) + sa if len(sa) == 1 else sa
     rb = sb + (1,) if len(sb) == 1 else sb
@@ -227,13 +228,13 @@ def _matmul_infer(node: Node):
         out = out[:-2] + out[-1:]
     if len(sb) == 1:
         out = out[:-1]
-    return [(tuple(int(d) for d in out), a.dtype)]
+    return tuple(int(d) for d in out)
 
 
 register(
     "MatMul",
     lambda n, xs: [np.matmul(xs[0], xs[1])],
-    _matmul_infer,
+    lambda n: [(matmul_shape(n), n.inputs[0].dtype)],
     kind="gemm",
     epilogue=True,
     half="compute",

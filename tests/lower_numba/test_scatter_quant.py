@@ -86,3 +86,110 @@ def test_scatter_with_an_out_of_range_index_raises_at_predict():
     feeds = {"x": np.ones((3, 4), np.float32), "u": np.ones((3, 4), np.float32)}
     with pytest.raises(IndexRangeError, match="out of range"):
         compiled.predict(dict(feeds, i=np.full((3, 4), 4, np.int64)))
+
+
+# -- the int8 ops -------------------------------------------------------------------------------
+
+
+def _qdq_model(dtype, axis_len):
+    """x -> QuantizeLinear -> DequantizeLinear -> Relu, scale and zero point run-time inputs
+    (per tensor when axis_len is None, else per axis 1)."""
+    p = [] if axis_len is None else [axis_len]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=1),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    inputs = [("x", np.float32, [2, 3, 4]), ("s", np.float32, p), ("z", dtype, p)]
+    outputs = [("y", np.float32, [2, 3, 4]), ("q", dtype, [2, 3, 4])]
+    return make_model(nodes, inputs, outputs, opset=13)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("axis_len", [None, 3])
+@pytest.mark.parametrize("fusion", [True, False])
+def test_quantize_dequantize_match_ort(dtype, axis_len, fusion):
+    rng = np.random.default_rng(23)
+    shape = () if axis_len is None else (axis_len,)
+    lo = 0 if dtype == np.uint8 else -20
+    feeds = {
+        "x": (rng.standard_normal((2, 3, 4)) * 4).astype(np.float32),
+        "s": rng.uniform(0.01, 0.1, shape).astype(np.float32),
+        "z": rng.integers(lo, 20, shape).astype(dtype),
+    }
+    feeds["x"].flat[:3] = [1e9, -1e9, 0.0]  # saturation both ways
+    check_against_ort(_qdq_model(dtype, axis_len), feeds, fusion=fusion)
+
+
+def test_quantize_without_zero_point_is_uint8_and_matches_ort():
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"])
+    model = make_model(
+        [node], [("x", np.float32, [3, 5]), ("s", np.float32, [])], [("y", np.uint8, [3, 5])]
+    )
+    x = np.random.default_rng(24).standard_normal((3, 5)).astype(np.float32)
+    check_against_ort(model, {"x": x, "s": np.array(0.01, np.float32)})
+
+
+def _dynamic_matmul_model(a_shape, b_shape):
+    """quantize_dynamic's pattern: DynamicQuantizeLinear on the activation, MatMulInteger with
+    an int8 weight, Cast, and the product of the two scales."""
+    out = [*a_shape[:-1], b_shape[-1]]
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+        helper.make_node("MatMulInteger", ["q", "w", "z", "wz"], ["m"]),
+        helper.make_node("Cast", ["m"], ["f"], to=1),
+        helper.make_node("Mul", ["s", "ws"], ["ss"]),
+        helper.make_node("Mul", ["f", "ss"], ["y"]),
+    ]
+    inputs = [("x", np.float32, list(a_shape)), ("w", np.uint8, list(b_shape))]
+    inputs += [("wz", np.uint8, []), ("ws", np.float32, [])]
+    outputs = [("y", np.float32, out), ("s", np.float32, []), ("z", np.uint8, [])]
+    return make_model(nodes, inputs, outputs, opset=13)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3, 8), (8, 5)), ((2, 3, 8), (8, 4))])
+@pytest.mark.parametrize("fusion", [True, False])
+def test_dynamic_quantize_and_matmul_integer_match_ort(a_shape, b_shape, fusion):
+    rng = np.random.default_rng(25)
+    feeds = {
+        "x": (rng.standard_normal(a_shape) + 0.5).astype(np.float32),
+        "w": rng.integers(0, 256, b_shape).astype(np.uint8),
+        "wz": np.array(128, np.uint8),
+        "ws": np.array(0.02, np.float32),
+    }
+    check_against_ort(_dynamic_matmul_model(a_shape, b_shape), feeds, fusion=fusion)
+
+
+@pytest.mark.parametrize(
+    "a_type,b_type,a_shape,b_shape",
+    [
+        (np.int8, np.int8, (3, 4), (4, 5)),
+        (np.uint8, np.int8, (2, 1, 3, 4), (3, 4, 5)),
+        (np.uint8, np.uint8, (2, 3, 4), (4, 5)),
+    ],
+)
+def test_matmul_integer_with_zero_points_matches_ort(a_type, b_type, a_shape, b_shape):
+    rng = np.random.default_rng(26)
+    zb = [b_shape[-1]] if len(b_shape) == 2 else []  # ORT takes per-column ones for 2-d B
+    out = [*np.broadcast_shapes(a_shape[:-2], b_shape[:-2]), a_shape[-2], b_shape[-1]]
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    inputs = [("a", a_type, list(a_shape)), ("b", b_type, list(b_shape))]
+    inputs += [("za", a_type, []), ("zb", b_type, zb)]
+    model = make_model([node], inputs, [("y", np.int32, out)], opset=13)
+    feeds = {
+        "a": rng.integers(0, 128, a_shape).astype(a_type),
+        "b": rng.integers(0, 128, b_shape).astype(b_type),
+        "za": np.array(7, a_type),
+        "zb": rng.integers(0, 30, zb).astype(b_type),
+    }
+    check_against_ort(model, feeds)
+
+
+def test_blocked_quantisation_is_refused_by_name():
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], block_size=2, name="bq")
+    model = make_model(
+        [node], [("x", np.float32, [3, 4]), ("s", np.float32, [3, 2])], [("y", np.uint8, [3, 4])]
+    )
+    model.opset_import[0].version = 21
+    with pytest.raises(pyforge.errors.UnsupportedOperatorError, match="'bq'.*block_size"):
+        pyforge.compile(model)

@@ -4,7 +4,7 @@
 rule. One module per op family, mirroring ``pyforge/ops``.
 """
 
-from . import einsum, elementwise, gathernd, index, nn, norm, reduce, resize, scatter, shape  # noqa: F401
+from . import einsum, elementwise, gathernd, index, nn, norm, quant, reduce, resize, scatter, shape  # noqa: F401
 from .common import NORMALIZE, normalizes
 
 __all__ = ["NORMALIZE", "normalizes"]

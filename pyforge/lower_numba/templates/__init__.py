@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     index,
     nhwc,
     norm,
+    quant,
     reduce,
     resize,
     scatter,

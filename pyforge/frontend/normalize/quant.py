@@ -1,0 +1,80 @@
+"""QuantizeLinear, DequantizeLinear: per tensor (axis None) or per axis, the output type made an
+attribute; MatMulInteger's zero points checked; blocked quantisation and float8 refused."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from ...errors import ShapeError
+from ...ir import Node, Value
+from ...ops.quant import QUANT_TYPES
+from ...ops.registry import fail, norm_axis
+from .common import normalizes
+
+
+def _optional(node: Node, index: int) -> Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def _scale_axis(node: Node) -> int | None:
+    """None for a per-tensor scale, else the axis its 1-d scale (and zero point) runs along."""
+    x, scale, zero = node.inputs[0], node.inputs[1], _optional(node, 2)
+    if int(node.attrs.get("block_size", 0)):
+        fail(node, "blocked quantisation (block_size > 0)")
+    if zero is not None and tuple(zero.shape) != tuple(scale.shape):
+        raise ShapeError(node.op, node.name, f"zero point {zero.shape} != scale {scale.shape}")
+    if scale.size == 1 and len(scale.shape) <= 1:
+        return None
+    axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
+    if len(scale.shape) != 1 or scale.shape[0] != x.shape[axis]:
+        raise ShapeError(
+            node.op, node.name, f"scale {scale.shape} for axis {axis} of input {x.shape}"
+        )
+    return axis
+
+
+@normalizes("QuantizeLinear")
+def _quantize_normalize(node: Node) -> None:
+    zero = _optional(node, 2)
+    if zero is not None:
+        dtype = np.dtype(zero.dtype)
+    elif int(node.attrs.get("output_dtype", 0)):
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(node.attrs["output_dtype"])))
+    else:
+        dtype = np.dtype(np.uint8)
+    if dtype not in QUANT_TYPES or node.inputs[0].dtype != np.float32:
+        fail(node, f"quantising {node.inputs[0].dtype} to {dtype}")
+    node.attrs = {"axis": _scale_axis(node), "dtype": dtype}
+
+
+@normalizes("DequantizeLinear")
+def _dequantize_normalize(node: Node) -> None:
+    x = node.inputs[0]
+    if np.dtype(x.dtype) not in (*QUANT_TYPES, np.dtype(np.int32)):
+        fail(node, f"dequantising {x.dtype}")
+    node.attrs = {"axis": _scale_axis(node)}
+
+
+@normalizes("DynamicQuantizeLinear")
+def _dynamic_normalize(node: Node) -> None:
+    if node.inputs[0].dtype != np.float32:
+        fail(node, f"input of type {node.inputs[0].dtype}")
+    node.attrs = {k: v for k, v in node.attrs.items() if k == "output"}
+
+
+@normalizes("MatMulInteger")
+def _matmul_integer_normalize(node: Node) -> None:
+    a, b = node.inputs[0], node.inputs[1]
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        fail(node, "a 1-d operand")
+    for v in (a, b):
+        if np.dtype(v.dtype) not in QUANT_TYPES[:2]:
+            fail(node, f"operand of type {v.dtype}")
+    # per-row zero points of A ([M]) and per-column ones of B ([N]), as ORT takes them
+    for index, size in ((2, a.shape[-2]), (3, b.shape[-1])):
+        zero = _optional(node, index)
+        scalar = zero is None or (zero.size == 1 and len(zero.shape) <= 1)
+        if not scalar and tuple(zero.shape) != (size,):
+            raise ShapeError(node.op, node.name, f"zero point {zero.shape}, want () or ({size},)")
+    node.attrs = {}

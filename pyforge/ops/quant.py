@@ -1,0 +1,108 @@
+"""The int8 ops ORT's quantisers write: QuantizeLinear, DequantizeLinear (per tensor or per
+axis), DynamicQuantizeLinear, MatMulInteger. The references compute as ORT's cpu kernels do:
+x / scale in float32, rounded half to even, then the zero point, then saturation; integer
+products summed in int32."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Node
+from .nn import matmul_shape
+from .registry import register
+
+QUANT_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+
+
+def along(node: Node, v: np.ndarray | None, rank: int) -> np.ndarray | int:
+    """A scale or zero point shaped to broadcast against the rank-``rank`` input: per tensor as
+    it is, per axis along attrs["axis"]."""
+    if v is None:
+        return 0
+    a = node.attrs["axis"]
+    return v.reshape(()) if a is None else v.reshape([-1 if k == a else 1 for k in range(rank)])
+
+
+def quantize(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    q = np.rint(np.true_divide(x.astype(np.float32), np.float32(1) * scale, dtype=np.float32))
+    return np.clip(q + zero, info.min, info.max).astype(dtype)
+
+
+def _quantize_eval(node: Node, xs):
+    x, rank = xs[0], np.ndim(xs[0])
+    zero = along(node, xs[2] if len(xs) > 2 else None, rank)
+    return [quantize(x, along(node, xs[1], rank), np.int32(zero), node.attrs["dtype"])]
+
+
+def _dequantize_eval(node: Node, xs):
+    x, scale = xs[0], xs[1]
+    zero = along(node, xs[2] if len(xs) > 2 else None, x.ndim)
+    diff = (x.astype(np.int32) - np.int32(zero)).astype(scale.dtype)
+    return [diff * along(node, scale, x.ndim)]
+
+
+register(
+    "QuantizeLinear",
+    _quantize_eval,
+    lambda n: [(n.inputs[0].shape, n.attrs["dtype"])],
+    kind="injective",
+    epilogue=True,
+)
+register(
+    "DequantizeLinear",
+    _dequantize_eval,
+    lambda n: [(n.inputs[0].shape, n.inputs[1].dtype)],
+    kind="injective",
+    epilogue=True,
+)
+
+# -- DynamicQuantizeLinear: scale and zero point from the tensor's range, then uint8 -----------
+
+
+def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.uint8]:
+    """ORT's scale and zero point: the range widened to hold 0, mapped onto [0, 255]."""
+    lo = min(np.float32(x.min()) if x.size else np.float32(0), np.float32(0))
+    hi = max(np.float32(x.max()) if x.size else np.float32(0), np.float32(0))
+    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+    zero = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
+    return scale, np.uint8(zero)
+
+
+def _dynamic_eval(node: Node, xs):
+    scale, zero = dynamic_params(xs[0])
+    outs = [quantize(xs[0], scale, np.int32(zero), np.dtype(np.uint8)), scale, zero]
+    outs = [np.asarray(o) for o in outs]
+    return outs if "output" not in node.attrs else [outs[node.attrs["output"]]]
+
+
+def _dynamic_infer(node: Node):
+    outs = [
+        (node.inputs[0].shape, np.dtype(np.uint8)),
+        ((), np.dtype(np.float32)),
+        ((), np.dtype(np.uint8)),
+    ]
+    return outs if "output" not in node.attrs else [outs[node.attrs["output"]]]
+
+
+# a reduction over the whole tensor before any element is written: one whole-output kernel
+register("DynamicQuantizeLinear", _dynamic_eval, _dynamic_infer, split_outputs=True, kind="opaque")
+
+# -- MatMulInteger ------------------------------------------------------------------------------
+
+
+def _matmul_integer_eval(node: Node, xs):
+    a, b = xs[0].astype(np.int32), xs[1].astype(np.int32)
+    a_zero = xs[2] if len(xs) > 2 and xs[2] is not None else np.int32(0)
+    b_zero = xs[3] if len(xs) > 3 and xs[3] is not None else np.int32(0)
+    a = a - np.asarray(a_zero, np.int32).reshape(-1, 1) if np.size(a_zero) > 1 else a - a_zero
+    return [np.matmul(a, b - np.asarray(b_zero, np.int32)).astype(np.int32)]
+
+
+register(
+    "MatMulInteger",
+    _matmul_integer_eval,
+    lambda n: [(matmul_shape(n), np.dtype(np.int32))],
+    kind="reduce",
+    epilogue=True,
+)

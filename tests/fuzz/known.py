@@ -25,67 +25,12 @@ class Known:
 
 KNOWN: list[Known] = [
     Known(
-        2045,
-        "crash",
-        "Mod",
-        "Mod fmod=1 on floats: the kernel calls math.fmod, which Numba does not type",
-        ("v9",),
-        ("v7",),
-    ),
-    Known(
-        2941, "crash", "Resize", "Resize mode=cubic: the kernel fails Numba typing (mul)", ("v47",)
-    ),
-    Known(
         2554,
         "mismatch",
         "Range",
         "float Range: np.arange's length, not ONNX's "
         "ceil((limit-start)/delta) in the input type (2 elements vs 3)",
         ("v29",),
-    ),
-    Known(2185, "mismatch", "Max", "Max drops NaN: Python max(a, nan) is a", ("v33",), ("v22",)),
-    Known(
-        3731, "mismatch", "Min", "Min drops NaN: Python min(a, nan) is a", ("v12",), ("v2", "v6")
-    ),
-    Known(
-        6913,
-        "mismatch",
-        "Floor",
-        "Floor(inf) is -2**63: math.floor gives an int64 in Numba",
-        ("v5",),
-    ),
-    Known(
-        10143, "mismatch", "Ceil", "Ceil(inf) is -2**63: math.ceil gives an int64 in Numba", ("v5",)
-    ),
-    Known(
-        4690,
-        "mismatch",
-        "Floor",
-        "Floor(nan) is -2**63: math.floor gives an int64 in Numba",
-        ("v19",),
-        ("v15",),
-    ),
-    Known(
-        2585,
-        "mismatch",
-        "Round",
-        "Round(inf) is -2**63: _round builds on math.floor",
-        ("v10",),
-        ("v2",),
-    ),
-    Known(
-        3570, "mismatch", "HardSigmoid", "HardSigmoid(nan) is 1: max/min clamp drops NaN", ("v2",)
-    ),
-    Known(
-        4426, "mismatch", "Sign", "Sign(nan) is 0: both comparisons are false", ("v18",), ("v11",)
-    ),
-    Known(
-        20678,
-        "mismatch",
-        "ReduceMin",
-        "ReduceMin skips NaN: the reduce compares with <",
-        ("v41",),
-        ("v38",),
     ),
     Known(
         12699,
@@ -123,4 +68,4 @@ KNOWN: list[Known] = [
 ]
 
 # seeds of test_fuzz.CI_SEEDS that hit a known finding (seed -> the KNOWN seed it duplicates)
-HITS: dict[int, int] = {61: 2554, 78: 2045, 130: 2185}
+HITS: dict[int, int] = {61: 2554}

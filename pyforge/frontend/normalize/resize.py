@@ -44,7 +44,7 @@ def _source_coords(cfg: dict, y: np.ndarray, scale: float, n_in: int, n_out: int
         x = y / scale
     elif mode == "tf_crop_and_resize":
         if width == 1:
-            x = np.full(n_out, (roi[1] - roi[0]) * (n_in - 1) / 2)
+            x = np.full(n_out, (roi[1] - roi[0]) * (n_in - 1) / 2, np.float64)
         else:
             x = y * (roi[1] - roi[0]) * (n_in - 1) / (width - 1)
         x = x + roi[0] * (n_in - 1)
@@ -181,10 +181,12 @@ def _geometry(node: Node, cfg: dict, shape: tuple[int, ...]):
     axes = list(range(r)) if axes is None else [a % r for a in axes]
     full_roi = [(0.0, 1.0)] * r
     if roi is not None:
-        roi = np.asarray(roi, np.float64).ravel()
+        # kept in its own type: ORT and onnx.reference take roi[1] - roi[0] in float32, and an
+        # exact source coordinate (1.0, not 1.00000001) decides nearest_mode=ceil
+        roi = np.asarray(roi).ravel()
         k = len(axes)
         for i, a in enumerate(axes):
-            full_roi[a] = (float(roi[i]), float(roi[k + i]))
+            full_roi[a] = (roi[i], roi[k + i])
     out = list(shape)
     scale = [1.0] * r
     if scales is not None:
@@ -215,7 +217,7 @@ def _resize_normalize(node: Node) -> None:
     tables, resized = [], []
     for a in axes:
         n_in = x.shape[a]
-        trivial = math.isclose(scale[a], 1.0) and out[a] == n_in and roi[a] == (0.0, 1.0)
+        trivial = math.isclose(scale[a], 1.0) and out[a] == n_in and tuple(roi[a]) == (0, 1)
         if trivial and cfg["coord"] != "tf_crop_and_resize":
             continue
         cfg["down"] = scale[a] < 1

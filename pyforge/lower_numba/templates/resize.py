@@ -40,7 +40,8 @@ def resize_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
             s = kb.int_param(strides[a], "s")
             off = f"{off} + {kb.tensor(idx.name)}[{pos}] * {s}"
             depth, weight = depth + 1, wv
-        kb.emit(f"{y} += {weight} * {src}[{off}]", depth)
+        # no resized axis (every size kept): the element itself
+        kb.emit(f"{y} += {weight or lit(1, t)} * {src}[{off}]", depth)
     if node.attrs["extrapolate"]:
         flags = " + ".join(
             f"{kb.tensor(mask.name)}[{coords[a]}]" for (a, _), (_, _, mask) in zip(resized, tables)

@@ -84,6 +84,7 @@ class ExecutionPlan:
             "kernels": sorted(self.kernels),
             "files": files,
         }
+        meta = json.loads(json.dumps(meta))  # as load will read it (int keys become strings)
         meta["checksum"] = meta_checksum(meta)
         with open(os.path.join(directory, "plan.json"), "w") as f:
             json.dump(meta, f, indent=1)

@@ -106,3 +106,23 @@ register(
     kind="reduce",
     epilogue=True,
 )
+
+
+def _qlinear_matmul_eval(node: Node, xs):
+    """QLinearMatMul as ORT runs it: the int32 product, times a_scale * b_scale / y_scale in
+    float32, clamped to the output range less its zero point, rounded half to even."""
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = xs
+    acc = _matmul_integer_eval(node, [a, b, a_zero, b_zero])[0]
+    scale = np.float32(a_scale.reshape(())) * b_scale.astype(np.float32).reshape(-1)
+    scale = (scale / np.float32(y_scale.reshape(()))).astype(np.float32)
+    info, zero = np.iinfo(y_zero.dtype), np.int32(y_zero.reshape(()))
+    v = np.clip(acc.astype(np.float32) * scale, info.min - zero, info.max - zero)
+    return [(np.rint(v) + zero).astype(y_zero.dtype)]
+
+
+def _qlinear_matmul_infer(node: Node):
+    shape = matmul_shape(Node(node.op, [node.inputs[0], node.inputs[3]], [], {}, node.name))
+    return [(shape, node.inputs[7].dtype)]
+
+
+register("QLinearMatMul", _qlinear_matmul_eval, _qlinear_matmul_infer, kind="reduce", epilogue=True)

@@ -193,3 +193,35 @@ def test_blocked_quantisation_is_refused_by_name():
     model.opset_import[0].version = 21
     with pytest.raises(pyforge.errors.UnsupportedOperatorError, match="'bq'.*block_size"):
         pyforge.compile(model)
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,per_column", [((3, 8), (8, 5), True), ((2, 3, 8), (2, 8, 4), False)]
+)
+@pytest.mark.parametrize("fusion", [True, False])
+def test_qlinear_matmul_matches_ort(a_shape, b_shape, per_column, fusion):
+    rng = np.random.default_rng(27)
+    col = [b_shape[-1]] if per_column else []
+    names = ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"]
+    nodes = [
+        helper.make_node("QLinearMatMul", names, ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "sy", "zy"], ["y"]),
+    ]
+    out = [*a_shape[:-1], b_shape[-1]]
+    types = [np.uint8, np.float32, np.uint8, np.int8, np.float32, np.int8, np.float32, np.uint8]
+    shapes = [a_shape, [], [], b_shape, col, col, [], []]
+    inputs = [(n, t, list(s)) for n, t, s in zip(names, types, shapes)]
+    model = make_model(nodes, inputs, [("y", np.float32, out), ("q", np.uint8, out)], opset=13)
+    feeds = {
+        "a": rng.integers(0, 256, a_shape).astype(np.uint8),
+        "sa": np.array(0.05, np.float32),
+        "za": np.array(120, np.uint8),
+        # ORT's uint8 x int8 kernel (x86 without VNNI) sums product pairs in saturating int16:
+        # |b| < 64 keeps every pair in range, so ORT computes the exact product pyforge does
+        "b": rng.integers(-64, 64, b_shape).astype(np.int8),
+        "sb": rng.uniform(0.01, 0.05, col).astype(np.float32),
+        "zb": rng.integers(-5, 5, col).astype(np.int8),
+        "sy": np.array(0.3, np.float32),
+        "zy": np.array(100, np.uint8),
+    }
+    check_against_ort(model, feeds, fusion=fusion)

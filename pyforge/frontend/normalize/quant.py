@@ -65,16 +65,31 @@ def _dynamic_normalize(node: Node) -> None:
 
 @normalizes("MatMulInteger")
 def _matmul_integer_normalize(node: Node) -> None:
-    a, b = node.inputs[0], node.inputs[1]
+    _check_integer_matmul(
+        node, node.inputs[0], node.inputs[1], _optional(node, 2), _optional(node, 3)
+    )
+    node.attrs = {}
+
+
+@normalizes("QLinearMatMul")
+def _qlinear_matmul_normalize(node: Node) -> None:
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = node.inputs
+    _check_integer_matmul(node, a, b, a_zero, b_zero)
+    n = b.shape[-1]
+    for v, per_column in ((a_scale, ()), (y_scale, ()), (y_zero, ()), (b_scale, (n,))):
+        if not (v.size == 1 and len(v.shape) <= 1) and tuple(v.shape) != per_column:
+            raise ShapeError(node.op, node.name, f"scale or zero point of shape {v.shape}")
+    node.attrs = {}
+
+
+def _check_integer_matmul(node: Node, a: Value, b: Value, a_zero, b_zero) -> None:
     if len(a.shape) < 2 or len(b.shape) < 2:
         fail(node, "a 1-d operand")
     for v in (a, b):
         if np.dtype(v.dtype) not in QUANT_TYPES[:2]:
             fail(node, f"operand of type {v.dtype}")
     # per-row zero points of A ([M]) and per-column ones of B ([N]), as ORT takes them
-    for index, size in ((2, a.shape[-2]), (3, b.shape[-1])):
-        zero = _optional(node, index)
+    for zero, size in ((a_zero, a.shape[-2]), (b_zero, b.shape[-1])):
         scalar = zero is None or (zero.size == 1 and len(zero.shape) <= 1)
         if not scalar and tuple(zero.shape) != (size,):
             raise ShapeError(node.op, node.name, f"zero point {zero.shape}, want () or ({size},)")
-    node.attrs = {}

@@ -71,36 +71,53 @@ def dequantize_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return out
 
 
-@lowering("MatMulInteger", form="element")
-def matmul_integer_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+def _int_dot(kb: KernelBuilder, node: Node, coords: list[str], a: Value, b: Value, zeros) -> str:
     """sum over k of (a - a_zero[m]) * (b - b_zero[n]) in int32, A and B batch-broadcast."""
-    a, b = node.inputs[0], node.inputs[1]
     out_shape = node.outputs[0].shape
     batch, (m, n) = coords[:-2], coords[-2:]
     k = a.shape[-1]
     sa = broadcast_strides(a.shape[:-2], out_shape[:-2])
     sb = broadcast_strides(b.shape[:-2], out_shape[:-2])
-    ka, kb_ = k * a.shape[-2], k * b.shape[-1]
     a0, b0, acc, j = kb.tmp("a0"), kb.tmp("b0"), kb.tmp("acc"), kb.tmp("k")
     K, N = kb.int_param(k, "K"), kb.int_param(b.shape[-1], "N")
-    a_base = kb.offset([s * ka for s in sa], batch) if batch else "0"
-    b_base = kb.offset([s * kb_ for s in sb], batch) if batch else "0"
+    a_base = kb.offset([s * k * a.shape[-2] for s in sa], batch) if batch else "0"
+    b_base = kb.offset([s * k * b.shape[-1] for s in sb], batch) if batch else "0"
     kb.emit(f"{a0} = {a_base} + {m} * {K}")
     kb.emit(f"{b0} = {b_base} + {n}")
-    zeros = []
-    for index, at in ((2, m), (3, n)):
-        v = node.inputs[index] if index < len(node.inputs) else None
-        if v is None:
-            zeros.append("")
-        else:
-            zeros.append(f" - i32({kb.tensor(v.name)}[{'0' if v.size == 1 else at}])")
+    less = [
+        "" if v is None else f" - i32({kb.tensor(v.name)}[{'0' if v.size == 1 else at}])"
+        for v, at in zip(zeros, (m, n))
+    ]
     ta, tb = kb.tensor(a.name), kb.tensor(b.name)
     kb.emit(f"{acc} = i32(0)")
     kb.emit(f"for {j} in range({K}):")
     kb.emit(
-        f"{acc} += (i32({ta}[{a0} + {j}]){zeros[0]}) * (i32({tb}[{b0} + {j} * {N}]){zeros[1]})", 1
+        f"{acc} += (i32({ta}[{a0} + {j}]){less[0]}) * (i32({tb}[{b0} + {j} * {N}]){less[1]})", 1
     )
     return acc
+
+
+@lowering("MatMulInteger", form="element")
+def matmul_integer_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    zeros = [node.inputs[i] if i < len(node.inputs) else None for i in (2, 3)]
+    return _int_dot(kb, node, coords, node.inputs[0], node.inputs[1], zeros)
+
+
+@lowering("QLinearMatMul", form="element")
+def qlinear_matmul_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """The int32 product requantised as ORT does (see ops/quant.py's reference)."""
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = node.inputs
+    acc = _int_dot(kb, node, coords, a, b, [a_zero, b_zero])
+    col = "0" if b_scale.size == 1 else coords[-1]
+    scale, v, out = kb.tmp("sc"), kb.tmp("rq"), kb.tmp()
+    ts = {x: kb.tensor(x.name) for x in (a_scale, b_scale, y_scale, y_zero)}
+    kb.emit(f"{scale} = f32(f32({ts[a_scale]}[0] * {ts[b_scale]}[{col}]) / {ts[y_scale]}[0])")
+    zero = f"i32({ts[y_zero]}[0])"
+    info = np.iinfo(y_zero.dtype)
+    lo, hi = f"f32({info.min} - {zero})", f"f32({info.max} - {zero})"
+    kb.emit(f"{v} = f64(min(max(f32({acc}) * {scale}, {lo}), {hi}))")
+    kb.emit(f"{out} = {type_name(y_zero.dtype)}({_round_half_even(kb, v)} + {zero})")
+    return out
 
 
 @lowering("DynamicQuantizeLinear", form="rows")

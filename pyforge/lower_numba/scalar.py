@@ -44,8 +44,10 @@ def lit(value: float, t: str) -> str:
 
 
 def _int_div(a: str, b: str, t: str) -> str:
-    # ONNX integer Div truncates toward zero; Python's // floors
-    return f"{t}(abs({a}) // abs({b}) * (1 if ({a} >= 0) == ({b} >= 0) else -1))"
+    # ONNX integer Div truncates toward zero; Python's // floors, one too low when the signs
+    # differ and b does not divide a (no abs(): abs(-2**63) overflows)
+    up = f"(1 if {a} % {b} != 0 and ({a} < 0) != ({b} < 0) else 0)"
+    return f"{t}({a} // {b} + {up})"
 
 
 def _div(n: Node, a: list[str], t: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import pyforge
-from tests.helpers import make_model, run_ort
+from tests.helpers import check_against_ort, make_model, run_ort
 
 F32 = np.float32
 SPECIAL = np.array(
@@ -233,3 +233,18 @@ def test_reduce_special_values_match_ort(folded):
     nodes, outs = _reduce_nodes()
     consts = {"raxes": np.array([1], np.int64)}
     _check(nodes, outs, {"r": ROWS}, consts, REDUCE, folded)
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+def test_int64_div_and_fmod_truncate_at_the_extremes(fusion):
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    a = np.array([lo, lo, hi, -7, 7, -7, 7, lo + 1, -1, 0], np.int64)
+    b = np.array([4, 3, -5, 2, -2, -2, 2, -3, 5, -3], np.int64)
+    nodes = [
+        helper.make_node("Div", ["a", "b"], ["q"]),
+        helper.make_node("Mod", ["a", "b"], ["r"], fmod=1),
+        helper.make_node("Mod", ["a", "b"], ["m"]),
+    ]
+    i64 = [("a", np.int64, [10]), ("b", np.int64, [10])]
+    model = make_model(nodes, i64, [(o, np.int64, [10]) for o in "qrm"])
+    check_against_ort(model, {"a": a, "b": b}, fusion=fusion)

@@ -226,7 +226,8 @@ class CompiledModel:
 
         On the cuda target, inputs may be GPU arrays (Numba, CuPy, torch: anything with
         ``__cuda_array_interface__``); they are copied device to device, and the outputs come
-        back as Numba device arrays in pyforge's arena, valid until the next ``predict``.
+        back as Numba device arrays in pyforge's arena, valid until a later ``predict`` reuses that
+        execution context (one per concurrent call, ``max_concurrency`` at most).
 
         >>> y = model.predict(cuda.to_device(x))   # y: DeviceNDArray; y.copy_to_host()
         """

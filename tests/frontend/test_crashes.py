@@ -78,3 +78,17 @@ def test_gemm_with_a_c_that_does_not_broadcast_is_a_shape_error():
 
     with pytest.raises(ShapeError, match="'g'.*broadcast"):
         pyforge.compile(_gemm((3,)))
+
+
+@pytest.mark.gpu
+def test_broadcast_matmul_and_gemm_c_match_ort_on_cuda():
+    sa, sb = (2, 1, 4, 5), (3, 5, 6)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    model = make_model(
+        [node],
+        [("a", np.float32, list(sa)), ("b", np.float32, list(sb))],
+        [("y", np.float32, [2, 3, 4, 6])],
+    )
+    check_against_ort(model, {"a": _rand(sa), "b": _rand(sb)}, target="cuda")
+    feeds = {"a": _rand((5, 4)), "b": _rand((5, 6)), "c": _rand((4, 1))}
+    check_against_ort(_gemm((4, 1), trans_a=1), feeds, target="cuda")

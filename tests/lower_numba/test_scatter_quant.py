@@ -225,3 +225,69 @@ def test_qlinear_matmul_matches_ort(a_shape, b_shape, per_column, fusion):
         "zy": np.array(100, np.uint8),
     }
     check_against_ort(model, feeds, fusion=fusion)
+
+
+# -- cuda: the same kernels compiled for sm_90, and run on a real GPU where there is one ---------
+
+
+def _cuda_cases():
+    rng = np.random.default_rng(28)
+    scatter = _scatter_model(
+        "ScatterElements", (3, 4, 5), (2, 3, 5), [2, 3, 5], True, axis=1, reduction="add"
+    )
+    nd = _scatter_model("ScatterND", (4, 5, 6), (2, 3, 2), [2, 3, 6], False, reduction="mul")
+    return [
+        (
+            scatter,
+            {
+                "x": rng.standard_normal((3, 4, 5)).astype(np.float32),
+                "i": rng.integers(-4, 4, (2, 3, 5)),
+                "u": rng.standard_normal((2, 3, 5)).astype(np.float32),
+            },
+        ),
+        (
+            nd,
+            {
+                "x": rng.standard_normal((4, 5, 6)).astype(np.float32),
+                "i": np.stack([rng.integers(0, 4, (2, 3)), rng.integers(-5, 5, (2, 3))], -1),
+                "u": rng.standard_normal((2, 3, 6)).astype(np.float32),
+            },
+        ),
+        (
+            _qdq_model(np.int8, 3),
+            {
+                "x": (rng.standard_normal((2, 3, 4)) * 4).astype(np.float32),
+                "s": np.array([0.02, 0.05, 0.1], np.float32),
+                "z": np.array([-3, 0, 7], np.int8),
+            },
+        ),
+        (
+            _dynamic_matmul_model((2, 3, 8), (8, 4)),
+            {
+                "x": rng.standard_normal((2, 3, 8)).astype(np.float32),
+                "w": rng.integers(0, 256, (8, 4)).astype(np.uint8),
+                "wz": np.array(128, np.uint8),
+                "ws": np.array(0.02, np.float32),
+            },
+        ),
+    ]
+
+
+def test_cuda_kernels_compile_to_ptx(tmp_path):
+    from tests.lower_numba.test_ptx import _kernels, _ptx_available, _ptx_of
+
+    if not _ptx_available():
+        pytest.skip("no NVVM/NVRTC to compile PTX")
+    from pyforge.compiler import compile_to_plan
+
+    for model, _ in _cuda_cases():
+        plan, _ = compile_to_plan(model, specialize=True)
+        for step in _kernels(plan):
+            assert _ptx_of(plan, step, tmp_path), step.label
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(4))
+def test_scatter_and_quant_match_ort_on_cuda(case):
+    model, feeds = _cuda_cases()[case]
+    check_against_ort(model, feeds, target="cuda")

@@ -153,8 +153,10 @@ def _mean(n: Node, a: list[str], t: str) -> str:
 
 
 def _mod(n: Node, a: list[str], t: str) -> str:
-    if not n.attrs["fmod"]:
-        return f"({a[0]} % {a[1]})"  # Python's floored modulo, as ONNX's fmod=0
+    if not n.attrs["fmod"]:  # Python's floored modulo, as ONNX's fmod=0
+        if t.startswith("f"):  # cpu's % raises ZeroDivisionError where IEEE gives NaN
+            return f"({a[0]} % {a[1]} if {a[1]} != 0 else {lit(np.nan, t)})"
+        return f"({a[0]} % {a[1]})"
     if t.startswith(("i", "u")):
         return f"{t}({a[0]} - {a[1]} * {_int_div(a[0], a[1], t)})"
     # fmod(a, b) is sign(a) * (|a| mod |b|), and math.fmod is not typed by Numba's cpu target;

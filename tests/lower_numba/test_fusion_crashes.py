@@ -19,14 +19,16 @@ def _rand(rng, *shape):
 
 
 @pytest.mark.parametrize("fusion", [True, False])
-def test_float_fmod_matches_ort(fusion):
+@pytest.mark.parametrize("fmod", [1, 0])
+def test_float_mod_matches_ort(fmod, fusion):
     rng = np.random.default_rng(1)
-    node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)
-    m = make_model([node], [("a", F32, [12]), ("b", F32, [12])], [("y", F32, [12])])
+    node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)
+    io = [("a", F32, [12]), ("b", F32, [12])], [("y", F32, [12])]
+    m = make_model([node], *io, opset=17 if fmod else 28)  # floored float Mod is opset 28's
     a = _rand(rng, 12) * 7
     b = _rand(rng, 12) * 2
     a[:3] = [-0.0, 5.0, -5.0]
-    b[:3] = [3.0, -1.5, 1.5]
+    b[:4] = [3.0, -1.5, 1.5, 0.0]
     check_against_ort(m, {"a": a, "b": b}, fusion=fusion)
 
 
@@ -86,4 +88,11 @@ def test_constant_gather_elements_with_a_smaller_index_tensor():
 def test_constant_gather_elements_out_of_range_is_a_pyforge_error():
     m = _gather_elements(np.array([[0, 4], [1, 0]], np.int64))
     with pytest.raises(PyforgeError, match="GatherElements"):
+        pyforge.compile(m, target="cpu")
+
+
+def test_floored_float_mod_before_opset_28_is_a_pyforge_error():
+    node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=0)
+    m = make_model([node], [("a", F32, [3]), ("b", F32, [3])], [("y", F32, [3])], opset=17)
+    with pytest.raises(PyforgeError, match="Mod"):
         pyforge.compile(m, target="cpu")

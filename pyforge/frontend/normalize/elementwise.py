@@ -29,8 +29,9 @@ def _binary_normalize(node: Node) -> None:
     node.attrs.pop("broadcast", None)
     node.attrs.pop("consumed_inputs", None)
     node.inputs = [v for v in node.inputs if v is not None]
-    if node.op == "Mod" and not node.attrs["fmod"] and node.inputs[0].dtype.kind == "f":
-        fail(node, "fmod=0 on floats is invalid ONNX")
+    floored = node.op == "Mod" and not node.attrs["fmod"]
+    if floored and node.inputs[0].dtype.kind == "f" and node.opset < 28:  # 28 made it valid
+        fail(node, "fmod=0 on floats before opset 28")
     if node.op == "PRelu" and node.inputs[0].shape != broadcast_shapes(
         node, node.inputs[0].shape, node.inputs[1].shape
     ):

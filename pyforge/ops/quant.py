@@ -14,13 +14,17 @@ from .registry import register
 QUANT_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
 
 
-def along(node: Node, v: np.ndarray | None, rank: int) -> np.ndarray | int:
-    """A scale or zero point shaped to broadcast against the rank-``rank`` input: per tensor as
-    it is, per axis along attrs["axis"]."""
+def along(node: Node, v: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | int:
+    """A scale or zero point shaped to broadcast against an input of ``shape``: per tensor as it
+    is, per axis along attrs["axis"], blocked repeated attrs["block"] times along it."""
     if v is None:
         return 0
-    a = node.attrs["axis"]
-    return v.reshape(()) if a is None else v.reshape([-1 if k == a else 1 for k in range(rank)])
+    a, block = node.attrs["axis"], node.attrs.get("block", 0)
+    if a is None:
+        return v.reshape(())
+    if block:
+        return np.take(np.repeat(v, block, axis=a), np.arange(shape[a]), axis=a)
+    return v.reshape([-1 if k == a else 1 for k in range(len(shape))])
 
 
 def quantize(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
@@ -30,16 +34,16 @@ def quantize(x: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
 
 
 def _quantize_eval(node: Node, xs):
-    x, rank = xs[0], np.ndim(xs[0])
-    zero = along(node, xs[2] if len(xs) > 2 else None, rank)
-    return [quantize(x, along(node, xs[1], rank), np.int32(zero), node.attrs["dtype"])]
+    x, shape = xs[0], np.shape(xs[0])
+    zero = along(node, xs[2] if len(xs) > 2 else None, shape)
+    return [quantize(x, along(node, xs[1], shape), np.int32(zero), node.attrs["dtype"])]
 
 
 def _dequantize_eval(node: Node, xs):
     x, scale = xs[0], xs[1]
-    zero = along(node, xs[2] if len(xs) > 2 else None, x.ndim)
+    zero = along(node, xs[2] if len(xs) > 2 else None, x.shape)
     diff = (x.astype(np.int32) - np.int32(zero)).astype(scale.dtype)
-    return [diff * along(node, scale, x.ndim)]
+    return [diff * along(node, scale, x.shape)]
 
 
 register(

@@ -185,14 +185,23 @@ def test_matmul_integer_with_zero_points_matches_ort(a_type, b_type, a_shape, b_
     check_against_ort(model, feeds)
 
 
-def test_blocked_quantisation_is_refused_by_name():
-    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], block_size=2, name="bq")
-    model = make_model(
-        [node], [("x", np.float32, [3, 4]), ("s", np.float32, [3, 2])], [("y", np.uint8, [3, 4])]
-    )
-    model.opset_import[0].version = 21
-    with pytest.raises(pyforge.errors.UnsupportedOperatorError, match="'bq'.*block_size"):
-        pyforge.compile(model)
+@pytest.mark.parametrize("fusion", [True, False])
+def test_blocked_quantisation_matches_ort(fusion):
+    """Opset 21's blocks: each scale covers 2 elements along axis 1 (the last block short)."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1, block_size=2),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1, block_size=2),
+    ]
+    inputs = [("x", np.float32, [3, 5]), ("s", np.float32, [3, 3]), ("z", np.int8, [3, 3])]
+    outputs = [("y", np.float32, [3, 5]), ("q", np.int8, [3, 5])]
+    model = make_model(nodes, inputs, outputs, opset=21)
+    rng = np.random.default_rng(29)
+    feeds = {
+        "x": (rng.standard_normal((3, 5)) * 3).astype(np.float32),
+        "s": rng.uniform(0.02, 0.1, (3, 3)).astype(np.float32),
+        "z": rng.integers(-10, 10, (3, 3)).astype(np.int8),
+    }
+    check_against_ort(model, feeds, fusion=fusion)
 
 
 @pytest.mark.parametrize(

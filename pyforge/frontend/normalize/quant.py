@@ -1,5 +1,6 @@
-"""QuantizeLinear, DequantizeLinear: per tensor (axis None) or per axis, the output type made an
-attribute; MatMulInteger's zero points checked; blocked quantisation and float8 refused."""
+"""QuantizeLinear, DequantizeLinear: per tensor (axis None), per axis or blocked, the output
+type made an attribute; integer matmuls' zero points checked. float8 and int4 have no numpy type
+(the importer refuses them)."""
 
 from __future__ import annotations
 
@@ -17,21 +18,25 @@ def _optional(node: Node, index: int) -> Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
 
 
-def _scale_axis(node: Node) -> int | None:
-    """None for a per-tensor scale, else the axis its 1-d scale (and zero point) runs along."""
+def _scale_axis(node: Node) -> tuple[int | None, int]:
+    """(axis, block): axis None for a per-tensor scale, else the axis its scale (and zero point)
+    runs along; block > 0 when each scale covers that many elements of the axis."""
     x, scale, zero = node.inputs[0], node.inputs[1], _optional(node, 2)
-    if int(node.attrs.get("block_size", 0)):
-        fail(node, "blocked quantisation (block_size > 0)")
+    block = int(node.attrs.get("block_size", 0))
     if zero is not None and tuple(zero.shape) != tuple(scale.shape):
         raise ShapeError(node.op, node.name, f"zero point {zero.shape} != scale {scale.shape}")
-    if scale.size == 1 and len(scale.shape) <= 1:
-        return None
+    if scale.size == 1 and len(scale.shape) <= 1 and not block:
+        return None, 0
     axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
-    if len(scale.shape) != 1 or scale.shape[0] != x.shape[axis]:
+    if block:
+        want = tuple(-(-d // block) if k == axis else d for k, d in enumerate(x.shape))
+    else:
+        want = (x.shape[axis],)
+    if tuple(scale.shape) != want:
         raise ShapeError(
             node.op, node.name, f"scale {scale.shape} for axis {axis} of input {x.shape}"
         )
-    return axis
+    return axis, block
 
 
 @normalizes("QuantizeLinear")
@@ -45,7 +50,8 @@ def _quantize_normalize(node: Node) -> None:
         dtype = np.dtype(np.uint8)
     if dtype not in QUANT_TYPES or node.inputs[0].dtype != np.float32:
         fail(node, f"quantising {node.inputs[0].dtype} to {dtype}")
-    node.attrs = {"axis": _scale_axis(node), "dtype": dtype}
+    axis, block = _scale_axis(node)
+    node.attrs = {"axis": axis, "block": block, "dtype": dtype}
 
 
 @normalizes("DequantizeLinear")
@@ -53,7 +59,8 @@ def _dequantize_normalize(node: Node) -> None:
     x = node.inputs[0]
     if np.dtype(x.dtype) not in (*QUANT_TYPES, np.dtype(np.int32)):
         fail(node, f"dequantising {x.dtype}")
-    node.attrs = {"axis": _scale_axis(node)}
+    axis, block = _scale_axis(node)
+    node.attrs = {"axis": axis, "block": block}
 
 
 @normalizes("DynamicQuantizeLinear")

@@ -19,7 +19,11 @@ def _param(kb: KernelBuilder, node: Node, index: int, coords: list[str]) -> str 
         return None
     if v.const is not None and v.size == 1:
         return lit(v.const.reshape(()).item(), type_name(v.dtype))
-    a = node.attrs["axis"]
+    a, block = node.attrs["axis"], node.attrs["block"]
+    if block:  # the scale has the input's rank; the axis coordinate counts blocks
+        at = list(coords)
+        at[a] = f"({coords[a]} // {kb.int_param(block, 'B')})"
+        return f"{kb.tensor(v.name)}[{kb.offset(contiguous_strides(v.shape), at)}]"
     return f"{kb.tensor(v.name)}[{'0' if a is None else coords[a]}]"
 
 

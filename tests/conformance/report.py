@@ -36,6 +36,8 @@ FAMILIES = {
     "softmax family": "Hardmax LogSoftmax Softmax",
     "rows and selection": "CumProd CumSum Dropout TopK",
     "resize": "Resize Upsample",
+    "scatter": "Scatter ScatterElements ScatterND",
+    "quantization": "DequantizeLinear DynamicQuantizeLinear QLinearMatMul QuantizeLinear",
 }
 FAMILY_OF = {op: fam for fam, ops in FAMILIES.items() for op in ops.split()}
 # refused on purpose: (pattern over op names, why)

@@ -126,18 +126,11 @@ def inputs_of(node: Node) -> list[Value]:
     return [v for v in node.inputs if v is not None]
 
 
-def infer_by_evaluation(node: Node):
-    """Fallback shape rule: run the numpy reference on dummy inputs of the right shapes."""
-    dummies = [
-        None if v is None else (v.const if v.const is not None else np.ones(v.shape, v.dtype))
-        for v in node.inputs
-    ]
-    outs = OPS[node.op].evaluate(node, dummies)
-    return [(tuple(int(d) for d in np.shape(o)), np.asarray(o).dtype) for o in outs]
-
-
 def infer_node(node: Node) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """The op's shape rule. Every op read from ONNX has one that reads only shapes and
+    attributes (never the numpy reference on dummy arrays, which breaks on data-dependent
+    indices and on symbolic dims); the internal twins come shaped from the pass that makes them."""
     opdef = OPS[node.op]
-    if opdef.infer is not None:
-        return opdef.infer(node)
-    return infer_by_evaluation(node)
+    if opdef.infer is None:
+        fail(node, "no shape rule (an internal op must come with its outputs shaped)")
+    return opdef.infer(node)

@@ -168,3 +168,8 @@ def test_batchnorm_with_runtime_statistics_takes_an_epilogue():
     fused, _ = check_against_ort(model, feeds)
     unfused, _ = check_against_ort(model, feeds, fusion=False)
     assert (fused.stats["launches"], unfused.stats["launches"]) == (1, 3)
+
+
+def test_every_op_read_from_onnx_has_a_shape_rule():
+    # no op's shapes come from running its numpy reference on dummy inputs
+    assert not [op for op, d in OPS.items() if d.infer is None and not d.internal]

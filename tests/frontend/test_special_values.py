@@ -248,3 +248,23 @@ def test_int64_div_and_fmod_truncate_at_the_extremes(fusion):
     i64 = [("a", np.int64, [10]), ("b", np.int64, [10])]
     model = make_model(nodes, i64, [(o, np.int64, [10]) for o in "qrm"])
     check_against_ort(model, {"a": a, "b": b}, fusion=fusion)
+
+
+def test_sweep_kernels_compile_to_ptx(tmp_path):
+    """The cuda forms of the same expressions type as the GPU types them (sm_90 PTX)."""
+    ptx = pytest.importorskip("tests.lower_numba.test_ptx")
+    if not ptx._ptx_available():
+        pytest.skip("no NVVM/NVRTC to compile PTX")
+    from pyforge.compiler import compile_to_plan
+
+    feeds = {"xn": SPECIAL, "an": SPECIAL, "bn": SPECIAL, "r": ROWS}
+    consts = {"clo": CLIP_BOUNDS[0], "chi": CLIP_BOUNDS[1], "raxes": np.array([1], np.int64)}
+    for nodes_of in (_unary_nodes, _binary_nodes, _reduce_nodes):
+        nodes, outs = nodes_of()
+        used = {i for n in nodes for i in n.input}
+        model = _model(nodes, outs, {k: v for k, v in feeds.items() if k in used}, consts, False)
+        plan, _ = compile_to_plan(model)
+        steps = ptx._kernels(plan)
+        assert steps
+        for step in steps:
+            assert ptx._ptx_of(plan, step, tmp_path), step.label

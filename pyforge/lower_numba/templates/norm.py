@@ -19,9 +19,8 @@ def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred:
     far from 0 loses no digits to cancellation."""
     j, s, m, inv, k, d = (kb.tmp(p) for p in ("j", "ssq", "mu", "rstd", "k", "d"))
     kb.emit(f"{m} = {lit(0, 'f32')}")
-    kb.emit(f"{k} = {lit(0, 'f32')}")
+    kb.emit(f"{k} = f32({src}[{base}])" if centred else f"{k} = {lit(0, 'f32')}")
     if centred:
-        kb.emit(f"{k} = f32({src}[{base}])")
         kb.emit(f"for {j} in range({L}):")
         kb.emit(f"{m} += {src}[{base} + {j}] - {k}", 1)
         kb.emit(f"{m} = {m} / f32({L})")

@@ -57,14 +57,6 @@ KNOWN: list[Known] = [
         ("v32",),
         ("v28",),
     ),
-    Known(
-        6128,
-        "mismatch",
-        "Div",
-        "int64 Div of -2**63: _int_div takes abs(), which overflows",
-        ("v22",),
-        ("v15",),
-    ),
 ]
 
 # seeds of test_fuzz.CI_SEEDS that hit a known finding (seed -> the KNOWN seed it duplicates)

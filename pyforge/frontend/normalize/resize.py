@@ -59,20 +59,25 @@ def _source_coords(cfg: dict, y: np.ndarray, scale: float, n_in: int, n_out: int
 
 
 def _nearest_table(cfg: dict, x: np.ndarray, n_in: int):
+    """One tap per position, picked as onnx.reference picks it: from the two-pixel window of
+    the linear mode (placed from x + 1, so x = 7.000000000000001 may place it as x = 7 does),
+    the right pixel at an exact hit, else by nearest_mode."""
     lo = np.floor(x)
-    frac = x - lo
+    ratio = np.where(x == lo, 1.0, x - lo)
     nm = cfg["nearest"]
-    if nm == "round_prefer_floor":
-        up = frac > 0.5
-    elif nm == "round_prefer_ceil":
-        up = frac >= 0.5
-    elif nm == "floor":
-        up = np.zeros_like(frac, dtype=bool)
-    elif nm == "ceil":
-        up = frac > 0
-    else:  # opset < 11: floor when upsampling, ceil when downsampling
-        up = (frac > 0) & cfg["down"]
-    idx = np.clip(lo + up, 0, n_in - 1).astype(np.int64)
+    if nm == "legacy":  # opset < 11: floor when upsampling, ceil when downsampling
+        idx = np.clip(lo + ((x - lo > 0) & cfg["down"]), 0, n_in - 1).astype(np.int64)
+        return idx[:, None], np.ones((len(x), 1))
+    up = {
+        "round_prefer_floor": ratio > 0.5,
+        "round_prefer_ceil": ratio >= 0.5,
+        "floor": np.zeros_like(ratio, dtype=bool),
+        "ceil": np.ones_like(ratio, dtype=bool),
+    }[nm]
+    up = up | (ratio == 1.0)
+    xp = x + 1
+    left = np.floor(xp) - np.where(xp == np.floor(xp), 1, 0) - 1
+    idx = np.clip(left + up, 0, n_in - 1).astype(np.int64)
     return idx[:, None], np.ones((len(x), 1))
 
 

@@ -13,7 +13,7 @@ from pyforge.errors import OptionError
 from pyforge.models import ew, mlp
 from tests.helpers import run_in_simulator
 
-THREADS, CALLS = 8, 50
+THREADS, CALLS = 8, 200  # the stress figure: 8 threads x 200 calls over 3 models
 
 
 def two_conv() -> onnx.ModelProto:

@@ -103,7 +103,7 @@ def topological_order(g: onnx.GraphProto, producers: Mapping[str, str]) -> Order
     waiting = [0] * len(g.node)
     users: list[list[int]] = [[] for _ in g.node]
     for i, node in enumerate(g.node):
-        for name in dict.fromkeys(node.input):
+        for name in dict.fromkeys([*node.input, *outer_names(node)]):
             if not name:
                 continue
             if name not in producers:
@@ -126,6 +126,19 @@ def topological_order(g: onnx.GraphProto, producers: Mapping[str, str]) -> Order
     if len(order) < len(g.node):
         raise ModelLoadError(_cycle(g, made_by, set(order)))
     return [(i, g.node[i]) for i in order]
+
+
+def outer_names(node: onnx.NodeProto) -> list[str]:
+    """The names a node's subgraphs (If/Loop/Scan bodies) read from the enclosing graph."""
+    found: list[str] = []
+    for a in node.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            inner = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+            for n in sub.node:
+                found += [x for x in [*n.input, *outer_names(n)] if x and x not in inner]
+                inner.update(n.output)
+            found += [o.name for o in sub.output if o.name not in inner]
+    return found
 
 
 def _cycle(g: onnx.GraphProto, made_by: dict[str, int], placed: set[int]) -> str:

@@ -17,6 +17,15 @@ from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops import OPS, infer_node
 from .checks import check_model, tensor_array
+from .expand import (
+    EXPAND,
+    Builder,
+    inline_function,
+    run_rule,
+    schema_attributes,
+    schema_function,
+    type_proto,
+)
 from .normalize import NORMALIZE
 from .shapes import import_dims
 
@@ -151,40 +160,65 @@ def import_onnx(
     proto = load_model(model)
     opset, nodes = check_model(proto)  # refuses a malformed graph; nodes producers first
     g = proto.graph
-    graph = Graph(g.name or "model")
-    values: dict[str, Value | None] = {"": None}
-
+    imp = _Importer(proto, opset)
     for init in g.initializer:
         arr = tensor_array(init)
-        values[init.name] = _const(init.name, arr, "(initializer)", init.name, opset)
-
+        imp.values[init.name] = _const(init.name, arr, "(initializer)", init.name, opset)
     for inp in g.input:
-        if inp.name in values:
+        if inp.name in imp.values:
             continue  # an initializer listed as input (opset < 9 style): a constant
         ttype = inp.type.tensor_type
         dims = import_dims(inp, input_shapes)
         v = Value(inp.name, tuple(dims), onnx_dtype(ttype.elem_type))
-        values[inp.name] = v
-        graph.inputs.append(v)
-
+        imp.values[inp.name] = v
+        imp.graph.inputs.append(v)
     for i, onode in nodes:
-        name = onode.name or f"{onode.op_type}_{i}"
-        if onode.domain not in ("", "ai.onnx"):
-            raise UnsupportedOperatorError(onode.op_type, name, opset, f"domain {onode.domain!r}")
+        imp.node(onode, opset, onode.name or f"{onode.op_type}_{i}")
+    for out in g.output:
+        v = imp.values.get(out.name)
+        if v is None:
+            raise ShapeError("Output", out.name, "graph output is never produced")
+        imp.graph.outputs.append(v)
+    imp.graph.verify()
+    return imp.graph
+
+
+class _Importer:
+    """The graph being built and the Value of every tensor name so far."""
+
+    def __init__(self, proto: onnx.ModelProto, opset: int):
+        g = proto.graph
+        self.graph = Graph(g.name or "model")
+        self.values: dict[str, Value | None] = {"": None}
+        self.opsets = {
+            (o.domain if o.domain != "ai.onnx" else ""): o.version for o in proto.opset_import
+        }
+        self.opsets[""] = opset
+        self.functions = {(f.domain, f.name): f for f in proto.functions}
+        self.used = {o.name for o in g.output} | {n for node in _all_nodes(g) for n in node.input}
+        self.names = {n for node in _all_nodes(g) for n in node.output} | {i.name for i in g.input}
+        self.names |= {t.name for t in g.initializer}
+
+    def node(self, onode: onnx.NodeProto, opset: int, name: str | None = None) -> None:
+        """Import one node: folded, expanded or added to the graph."""
+        name = name or onode.name or self.graph.fresh_name(onode.op_type)
+        domain = "" if onode.domain in ("", "ai.onnx") else onode.domain
         attrs = {a.name: _attr_value(a) for a in onode.attribute}
-        _fill_defaults(onode.op_type, opset, attrs)
+        if domain == "":
+            _fill_defaults(onode.op_type, opset, attrs)
         for key in _DTYPE_ATTRS.get(onode.op_type, ()):
             if key in attrs:
                 attrs[key] = onnx_dtype(int(attrs[key]))
-        if onode.op_type == "Constant":
+        if onode.op_type == "Constant" and domain == "":
             arr = _constant_value(onode, attrs)
-            values[onode.output[0]] = _const(onode.output[0], arr, "Constant", name, opset)
-            continue
-        opdef = OPS.get(onode.op_type)
+            self.values[onode.output[0]] = _const(onode.output[0], arr, "Constant", name, opset)
+            return
+        opdef = OPS.get(onode.op_type) if domain == "" else None
         if opdef is None:
-            raise UnsupportedOperatorError(onode.op_type, name, opset)
+            self._expand(onode, name, attrs, opset, domain)
+            return
         try:
-            inputs = [values[n] for n in onode.input]
+            inputs = [self.values[n] for n in onode.input]
         except KeyError as e:
             raise ShapeError(onode.op_type, name, f"input {e.args[0]!r} is never defined") from None
         node = Node(onode.op_type, inputs, [], attrs, name, opset)
@@ -199,19 +233,19 @@ def import_onnx(
             results = opdef.evaluate(node, arrays)
             for out_name, arr in zip(onode.output, results):
                 arr = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
-                values[out_name] = _const(out_name, arr, node.op, name, opset)
-            continue
+                self.values[out_name] = _const(out_name, arr, node.op, name, opset)
+            return
         inferred = infer_node(node)
         outs = []
         for k, out_name in enumerate(onode.output[: len(inferred)]):
             shape, dtype = inferred[k]
-            v = Value(out_name or graph.fresh_name(f"{name}_unused"), shape, np.dtype(dtype))
-            values[out_name] = v
+            v = Value(out_name or self.graph.fresh_name(f"{name}_unused"), shape, np.dtype(dtype))
+            self.values[out_name] = v
             outs.append(v)
-        if n_out > len(inferred) and any(onode.output[len(inferred) :]):
-            used = {n for other in g.node for n in other.input} | {o.name for o in g.output}
-            if any(o in used for o in onode.output[len(inferred) :] if o):
-                raise UnsupportedOperatorError(node.op, name, opset, "its optional extra outputs")
+        if n_out > len(inferred) and any(
+            o in self.used for o in onode.output[len(inferred) :] if o
+        ):
+            raise UnsupportedOperatorError(node.op, name, opset, "its optional extra outputs")
         node.outputs = outs
         if opdef.split_outputs and len(outs) > 1:
             for k, out in enumerate(outs):
@@ -223,14 +257,44 @@ def import_onnx(
                     f"{name}:{k}",
                     opset,
                 )
-                graph.add_node(part)
-            continue
-        graph.add_node(node)
+                self.graph.add_node(part)
+            return
+        self.graph.add_node(node)
 
-    for out in g.output:
-        v = values.get(out.name)
-        if v is None:
-            raise ShapeError("Output", out.name, "graph output is never produced")
-        graph.outputs.append(v)
-    graph.verify()
-    return graph
+    def _expand(
+        self, onode: onnx.NodeProto, name: str, attrs: dict, opset: int, domain: str
+    ) -> None:
+        """An op pyforge has no kernel for, computed as the subgraph its rule or function gives."""
+        op_opset = opset if domain == "" else self.opsets.get(domain, 1)
+        b = Builder(self, onode, name, attrs, op_opset)
+        for k in onode.input:
+            if k not in self.values:
+                raise ShapeError(onode.op_type, name, f"input {k!r} is never defined")
+        rule = EXPAND.get((domain, onode.op_type))
+        if rule is not None:
+            run_rule(rule, b)
+            return
+        fn = self.functions.get((onode.domain, onode.op_type))
+        if fn is None and domain == "":
+            types = [type_proto(self.values[k]) if k else None for k in onode.input]
+            fn = schema_function(onode, opset, types)
+        if fn is None:
+            detail = None if domain == "" else f"domain {onode.domain!r}"
+            raise UnsupportedOperatorError(onode.op_type, name, op_opset, detail)
+        attributes = (
+            schema_attributes(onode, op_opset)
+            if domain == ""
+            else {a.name: a for a in onode.attribute}
+        )
+        run_rule(lambda b: inline_function(b, fn, attributes), b)
+
+
+def _all_nodes(g: onnx.GraphProto):
+    """Every node of ``g`` and of its subgraphs (If/Loop/Scan bodies)."""
+    for n in g.node:
+        yield n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+            for sub in a.graphs:
+                yield from _all_nodes(sub)

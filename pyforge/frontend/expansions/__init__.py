@@ -1,0 +1,1 @@
+"""Expansion rules, one module per family; ``pyforge.frontend.expand`` imports every module here."""

@@ -1,0 +1,219 @@
+"""com.microsoft attention ops (Attention, MultiHeadAttention, GroupQueryAttention) expanded into
+MatMul / Softmax / Transpose; masks become one additive bias, as ORT's CPU kernels apply them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..expand import Builder, expands
+from .contrib import MS, i64, rope
+
+_F32 = np.dtype(np.float32)
+
+
+def heads(b: Builder, x: str, n: int) -> str:
+    """(B, S, N*h) -> (B, N, S, h)."""
+    bsz, seq, hidden = b.value(x).shape
+    x = b.op("Reshape", [x, b.const(i64(bsz, seq, n, hidden // n))])
+    return b.op("Transpose", [x], perm=[0, 2, 1, 3])
+
+
+def attend(b: Builder, q: str, k: str, v: str, scale: float, bias: str | None, out: str, cap=0.0):
+    """softmax(q k^T * scale (+ bias)) v for q (B, N, S, h), k/v (B, N, T, h); out (B, S, N*h)."""
+    dtype = b.value(q).dtype
+    scores = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    scores = b.op("Mul", [scores, b.const(np.asarray(scale, dtype))])
+    if cap:  # GroupQueryAttention's softcap
+        t = b.op("Tanh", [b.op("Div", [scores, b.const(np.asarray(cap, dtype))])])
+        scores = b.op("Mul", [t, b.const(np.asarray(cap, dtype))])
+    if bias is not None:
+        scores = b.op("Add", [scores, bias])
+    o = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    bsz, n, seq, hv = b.value(o).shape
+    o = b.op("Transpose", [o], perm=[0, 2, 1, 3])
+    b.op("Reshape", [o, b.const(i64(bsz, seq, n * hv))], outputs=[out])
+
+
+def mask_bias(b: Builder, mask, batch: int, seq: int, total: int, past: int, causal: bool):
+    """The additive (B|1, 1, S|1, T) bias of a mask_index / key_padding_mask: raw 0/1 masks of
+    (B, T) or (B, S, T), right-padding lengths (B,), or ends then starts (2B,); plus, when
+    ``causal``, the fill above the diagonal (ORT adds the two)."""
+    fill, dtype, bias = b.attrs.get("mask_filter_value", -10000.0), b.value(b.input(0)).dtype, None
+    if mask is not None:
+        shape = b.value(mask).shape
+        if len(shape) == 1 and shape[0] in (batch, 2 * batch):
+            cols = b.const(np.arange(total, dtype=b.value(mask).dtype).reshape(1, total))
+            lens = b.op("Reshape", [mask, b.const(i64(-1, 1))])
+            if shape[0] == batch:
+                keep = b.op("Less", [cols, lens])
+            else:
+                ends, starts = b.op("Split", [lens, b.const(i64(batch, batch))], n_outputs=2)
+                keep = b.op(
+                    "And", [b.op("Less", [cols, ends]), b.op("GreaterOrEqual", [cols, starts])]
+                )
+        elif len(shape) in (2, 3) and shape[-1] == total:
+            keep = b.op("Greater", [mask, b.const(np.zeros((), b.value(mask).dtype))])
+        else:
+            b.fail(f"mask of shape {shape}: only (B,), (2B,), (B, T) and (B, S, T) are supported")
+        zero, fill_c = (b.const(np.asarray(v, dtype)) for v in (0.0, fill))
+        dims = i64(batch, 1, seq if len(shape) == 3 else 1, total)
+        bias = b.op("Reshape", [b.op("Where", [keep, zero, fill_c]), b.const(dims)])
+    if causal:
+        future = np.arange(total)[None, :] > np.arange(seq)[:, None] + past
+        tri = b.const((future * np.asarray(fill, dtype)).astype(dtype))
+        bias = tri if bias is None else b.op("Add", [bias, tri])
+    return bias
+
+
+def _refuse(b: Builder, attrs=(), inputs=(), outputs=()) -> None:
+    for a in attrs:
+        if b.attrs.get(a, 0):
+            b.fail(f"attribute {a}={b.attrs[a]} is not supported")
+    for i, what in inputs:
+        if b.input(i) is not None:
+            b.fail(f"input {i} ({what}) is not supported")
+    for k, what in outputs:
+        if b.used(k):
+            b.fail(f"output {k} ({what}) is not supported")
+
+
+def _with_past(b: Builder, past: str | None, new: str, out: str) -> str:
+    """past (B, N, P, h) ++ new along the sequence, written to ``out`` (a present output)."""
+    if past is None:
+        return b.op("Identity", [new], outputs=[out]) if out else new
+    return b.op("Concat", [past, new], outputs=[out] if out else None, axis=2)
+
+
+def _scale(b: Builder, head: int) -> float:
+    return b.attrs.get("scale", 0.0) or 1.0 / float(np.sqrt(head))
+
+
+@expands("Attention", domain=MS)
+def _attention(b: Builder) -> None:
+    _refuse(b, ("do_rotary", "past_present_share_buffer"), [(6, "past_sequence_length")])
+    x, w, n = b.input(0), b.input(1), b.attrs["num_heads"]
+    bsz, seq, _ = b.value(x).shape
+    width = b.value(w).shape[1]
+    sizes = list(b.attrs.get("qkv_hidden_sizes", None) or [width // 3] * 3)
+    qkv = b.op("MatMul", [x, w])
+    if b.input(2) is not None:
+        qkv = b.op("Add", [qkv, b.input(2)])
+    q, k, v = (
+        heads(b, t, n) for t in b.op("Split", [qkv, b.const(i64(*sizes))], n_outputs=3, axis=-1)
+    )
+    past, present = b.input(4), b.output(1)
+    npast = 0
+    if past is not None or present:
+        pk = pv = None
+        if past is not None:
+            npast = b.value(past).shape[3]
+            pk, pv = (
+                b.op("Squeeze", [t, b.const(i64(0))])
+                for t in b.op("Split", [past, b.const(i64(1, 1))], n_outputs=2, axis=0)
+            )
+        k, v = _with_past(b, pk, k, ""), _with_past(b, pv, v, "")
+        if present:
+            kv = [b.op("Unsqueeze", [t, b.const(i64(0))]) for t in (k, v)]
+            b.op("Concat", kv, outputs=[present], axis=0)
+    uni = bool(b.attrs.get("unidirectional", 0))
+    bias = mask_bias(b, b.input(3), bsz, seq, seq + npast, npast, uni)
+    if b.input(5) is not None:
+        bias = b.input(5) if bias is None else b.op("Add", [bias, b.input(5)])
+    attend(b, q, k, v, _scale(b, sizes[0] // n), bias, b.output(0))
+
+
+@expands("MultiHeadAttention", domain=MS)
+def _multi_head_attention(b: Builder) -> None:
+    _refuse(b, (), [(8, "past_sequence_length"), (9, "cache_indirection")], [(3, "qk")])
+    q, k, v, n = b.input(0), b.input(1), b.input(2), b.attrs["num_heads"]
+    qs = b.value(q).shape
+    bsz, seq = qs[:2]
+    if len(qs) == 5 or (k is not None and len(b.value(k).shape) != 3):
+        if b.input(3) is not None:
+            b.fail("input 3 (bias) with packed or BNSH key/value is not supported")
+    elif b.input(3) is not None:
+        hq, hk, hv = qs[-1], b.value(k).shape[-1], b.value(v).shape[-1]
+        bq, bk, bv = b.op("Split", [b.input(3), b.const(i64(hq, hk, hv))], n_outputs=3)
+        q, k, v = b.op("Add", [q, bq]), b.op("Add", [k, bk]), b.op("Add", [v, bv])
+    if len(qs) == 5:  # packed QKV (B, S, N, 3, h)
+        parts = b.op("Split", [q, b.const(i64(1, 1, 1))], n_outputs=3, axis=3)
+    elif len(b.value(k).shape) == 5:  # packed KV (B, L, N, 2, h)
+        parts = [q] + b.op("Split", [k, b.const(i64(1, 1))], n_outputs=2, axis=3)
+    if len(qs) == 5 or len(b.value(k).shape) == 5:
+        bsnh = [b.op("Squeeze", [t, b.const(i64(3))]) for t in parts]
+        q = (
+            heads(b, bsnh[0], n)
+            if len(qs) == 3
+            else b.op("Transpose", [bsnh[0]], perm=[0, 2, 1, 3])
+        )
+        k, v = (b.op("Transpose", [t], perm=[0, 2, 1, 3]) for t in bsnh[1:])
+    else:
+        q = heads(b, q, n)
+        if len(b.value(k).shape) == 3:
+            k, v = heads(b, k, n), heads(b, v, n)
+    pk, pv = b.input(6), b.input(7)
+    npast = 0 if pk is None else b.value(pk).shape[2]
+    k, v = _with_past(b, pk, k, b.output(1)), _with_past(b, pv, v, b.output(2))
+    total = b.value(k).shape[2]
+    uni = bool(b.attrs.get("unidirectional", 0))
+    bias = mask_bias(b, b.input(4), bsz, seq, total, npast, uni)
+    if b.input(5) is not None:
+        bias = b.input(5) if bias is None else b.op("Add", [bias, b.input(5)])
+    attend(b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0))
+
+
+@expands("GroupQueryAttention", domain=MS)
+def _group_query_attention(b: Builder) -> None:
+    _refuse(
+        b,
+        ("smooth_softmax", "qk_output", "sliding_window_cache"),
+        [(11, "head_sink"), (12, "k_scale"), (13, "v_scale"), (14, "q_norm_weight")],
+        [(3, "output_qk")],
+    )
+    if b.attrs.get("local_window_size", -1) != -1:
+        b.fail(f"attribute local_window_size={b.attrs['local_window_size']} is not supported")
+    n, nkv = b.attrs["num_heads"], b.attrs["kv_num_heads"]
+    q, k, v = b.input(0), b.input(1), b.input(2)
+    bsz, seq, width = b.value(q).shape
+    if k is None:  # packed QKV (B, S, (N + 2 Nkv) h)
+        h = width // (n + 2 * nkv)
+        q, k, v = b.op("Split", [q, b.const(i64(n * h, nkv * h, nkv * h))], n_outputs=3, axis=-1)
+    for i in (3, 4):
+        if b.input(i) is not None and b.value(b.input(i)).shape[2] > 0:
+            b.fail(f"input {i} (past key/value) holds cached tokens: only the prompt form runs")
+    q, k, v = heads(b, q, n), heads(b, k, nkv), heads(b, v, nkv)
+    if b.attrs.get("do_rotary", 0):
+        pos = b.const(np.arange(seq, dtype=np.int64))
+        caches, inter = (b.input(7), b.input(8)), b.attrs.get("rotary_interleaved", 0)
+        q, k = rope(b, q, pos, caches, inter, 1), rope(b, k, pos, caches, inter, 1)
+    for t, out in ((k, b.output(1)), (v, b.output(2))):
+        if out:
+            b.op("Identity", [t], outputs=[out])
+    if n != nkv:  # each K/V head serves N / Nkv query heads
+        dims = i64(bsz, nkv, n // nkv, seq, b.value(k).shape[-1])
+        k, v = (
+            b.op(
+                "Reshape",
+                [
+                    b.op("Expand", [b.op("Unsqueeze", [t, b.const(i64(2))]), b.const(dims)]),
+                    b.const(i64(bsz, n, seq, -1)),
+                ],
+            )
+            for t in (k, v)
+        )
+    # keys past a row's length (seqlens_k + 1) and future keys are masked out
+    lens = b.op(
+        "Reshape",
+        [b.op("Add", [b.input(5), b.const(np.ones((), np.int32))]), b.const(i64(-1, 1, 1, 1))],
+    )
+    keep = b.op("Less", [b.const(np.arange(seq, dtype=np.int32)), lens])
+    if b.attrs.get("causal", 1):
+        keep = b.op("And", [keep, b.const(np.tril(np.ones((seq, seq), bool)))])
+    dtype = b.value(q).dtype
+    zero, fill = b.const(np.asarray(0.0, dtype)), b.const(np.asarray(np.finfo(dtype).min, dtype))
+    bias = b.op("Where", [keep, zero, fill])
+    if b.input(10) is not None:
+        bias = b.op("Add", [bias, b.input(10)])
+    attend(
+        b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0), b.attrs.get("softcap", 0.0)
+    )

@@ -1,0 +1,236 @@
+"""The com.microsoft ops of exported and ORT-optimised transformers (pyforge expands each into
+ONNX ops) against ONNX Runtime's CPU kernels, one node per model, several forms of each."""
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from pyforge.errors import UnsupportedOperatorError
+from tests.helpers import check_against_ort, make_model
+
+MS = "com.microsoft"
+rng = np.random.default_rng(613)
+
+
+def rand(*shape, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def contrib(op, inputs, outputs=(("y", np.float32),), domain=MS, **attrs):
+    """One ``op`` node. ``inputs``: (name, array) pairs in the op's order, None for an absent
+    optional one; names starting with "c" are initializers, the rest are fed at run time."""
+    names = ["" if i is None else i[0] for i in inputs]
+    node = helper.make_node(op, names, [o[0] for o in outputs], name="n0", domain=domain, **attrs)
+    given = [i for i in inputs if i is not None]
+    feeds = {n: a for n, a in given if not n.startswith("c")}
+    inits = [numpy_helper.from_array(a, n) for n, a in given if n.startswith("c")]
+    model = make_model(
+        [node],
+        [(n, a.dtype, list(a.shape)) for n, a in feeds.items()],
+        [(n, dt, None) for n, dt in outputs if n],
+        inits,
+    )
+    if domain:
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+    return model, feeds
+
+
+def check(model, feeds, **tol):
+    return check_against_ort(model, feeds, **tol)
+
+
+def refused(model, feeds, match):
+    import pyforge
+
+    with pytest.raises(UnsupportedOperatorError, match=match):
+        pyforge.compile(model, target="cpu").predict(feeds)
+
+
+# ---- the GELU family -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 16), (7, 12)])
+@pytest.mark.parametrize(
+    "op,bias,attrs",
+    [
+        ("Gelu", False, {}),
+        ("BiasGelu", True, {}),
+        ("FastGelu", False, {}),
+        ("FastGelu", True, {}),
+        ("QuickGelu", False, {}),
+        ("QuickGelu", False, {"alpha": 1.0}),
+    ],
+)
+def test_gelu_family(op, bias, attrs, shape):
+    inputs = [("x", rand(*shape, scale=2.0))] + ([("cb", rand(shape[-1]))] if bias else [])
+    check(*contrib(op, inputs, **attrs))
+
+
+# ---- layer norms -----------------------------------------------------------------------------
+
+F = np.float32
+SKIP_OUTS = (("y", F), ("mean", F), ("inv", F), ("sum", F))
+
+
+@pytest.mark.parametrize(
+    "skip_shape,beta,bias,n_out",
+    [
+        ((2, 5, 32), True, True, 4),
+        ((2, 5, 32), False, False, 1),
+        ((5, 32), True, False, 4),
+        ((1, 5, 32), False, True, 2),
+    ],
+)
+def test_skip_layer_norm(skip_shape, beta, bias, n_out):
+    inputs = [("x", rand(2, 5, 32)), ("skip", rand(*skip_shape)), ("cg", rand(32))]
+    inputs += [("cbeta", rand(32)) if beta else None, ("cbias", rand(32)) if bias else None]
+    while inputs[-1] is None:
+        inputs.pop()
+    check(*contrib("SkipLayerNormalization", inputs, SKIP_OUTS[:n_out], epsilon=1e-5))
+
+
+@pytest.mark.parametrize("bias,outs", [(True, (0, 2, 3)), (False, (0,)), (False, (0, 3))])
+def test_skip_simplified_layer_norm(bias, outs):
+    inputs = [("x", rand(2, 5, 24)), ("skip", rand(2, 5, 24)), ("cg", rand(24))]
+    inputs += [("cbias", rand(24))] if bias else []
+    outputs = [SKIP_OUTS[k] if k in outs else ("", F) for k in range(max(outs) + 1)]
+    check(*contrib("SkipSimplifiedLayerNormalization", inputs, outputs, epsilon=1e-6))
+
+
+def test_skip_simplified_mean_output_is_refused():
+    inputs = [("x", rand(2, 5, 24)), ("skip", rand(2, 5, 24)), ("cg", rand(24))]
+    refused(*contrib("SkipSimplifiedLayerNormalization", inputs, SKIP_OUTS[:2]), "mean")
+
+
+@pytest.mark.parametrize("eps,n_out", [(1e-5, 1), (1e-6, 2)])
+def test_simplified_layer_norm_onnx_domain(eps, n_out):
+    # ORT registers SimplifiedLayerNormalization in the ONNX domain only ("com.microsoft"
+    # is refused by ORT 1.32: not a registered op)
+    inputs = [("x", rand(3, 4, 16)), ("cs", rand(16))]
+    outs = (("y", F), ("inv", F))[:n_out]
+    check(*contrib("SimplifiedLayerNormalization", inputs, outs, domain="", axis=-1, epsilon=eps))
+
+
+def test_simplified_layer_norm_other_axis_is_refused():
+    inputs = [("x", rand(3, 4, 16)), ("cs", rand(4, 16))]
+    refused(*contrib("SimplifiedLayerNormalization", inputs, domain="", axis=1), "axis")
+
+
+I32 = np.int32
+
+
+@pytest.mark.parametrize(
+    "segments,mask,pos_ids,n_out",
+    [
+        (True, True, False, 3),
+        (False, False, False, 2),
+        (True, False, True, 2),
+        (False, True, True, 2),
+    ],
+)
+def test_embed_layer_norm(segments, mask, pos_ids, n_out):
+    # ORT's shape inference requires the mask_index output, so every case has it
+    b, s, h = 2, 6, 16
+    ids = rng.integers(0, 30, (b, s)).astype(I32)
+    inputs = [("ids", ids), ("seg", rng.integers(0, 2, (b, s)).astype(I32)) if segments else None]
+    inputs += [("cword", rand(30, h)), ("cpos", rand(8, h))]
+    inputs += [("cseg", rand(2, h)) if segments else None, ("cg", rand(h)), ("cb", rand(h))]
+    lengths = np.array([4, 6])
+    m = (np.arange(s)[None] < lengths[:, None]).astype(I32)
+    inputs += [("mask", m) if mask else None]
+    if pos_ids:
+        inputs += [("pos", rng.integers(0, 8, (b, s)).astype(I32))]
+    while inputs[-1] is None:
+        inputs.pop()
+    outs = (("y", F), ("mask_index", I32), ("emb_sum", F))[:n_out]
+    check(*contrib("EmbedLayerNormalization", inputs, outs, epsilon=1e-12))
+
+
+# ---- RotaryEmbedding -------------------------------------------------------------------------
+
+
+def _caches(max_seq, half):
+    inv = 1.0 / 10000 ** (np.arange(half) / half)
+    angles = np.arange(max_seq)[:, None] * inv[None]
+    return np.cos(angles).astype(F), np.sin(angles).astype(F)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize(
+    "layout,pos_form,rot_dim",
+    [
+        ("bsd", "bs", 0),
+        ("bnsh", "bs", 0),
+        ("bsd", "start", 0),
+        ("bnsh", "start", 8),
+        ("bsd", "bs", 8),
+    ],
+)
+def test_rotary_embedding(layout, pos_form, rot_dim, interleaved):
+    b, n, s, h = 2, 3, 5, 16
+    x = rand(b, s, n * h) if layout == "bsd" else rand(b, n, s, h)
+    pos = rng.integers(0, 12, (b, s)) if pos_form == "bs" else np.array([3])
+    cos, sin = _caches(20, (rot_dim or h) // 2)
+    attrs = dict(interleaved=interleaved)
+    if rot_dim:
+        attrs.update(rotary_embedding_dim=rot_dim, num_heads=n)
+    inputs = [("x", x), ("pos", pos.astype(np.int64)), ("ccos", cos), ("csin", sin)]
+    check(*contrib("RotaryEmbedding", inputs, **attrs))
+
+
+def test_rotary_packed_batching_is_refused():
+    cos, sin = _caches(8, 4)
+    inputs = [
+        ("x", rand(1, 4, 8)),
+        ("pos", np.zeros((1, 4), np.int64)),
+        ("ccos", cos),
+        ("csin", sin),
+    ]
+    refused(*contrib("RotaryEmbedding", inputs, is_packed_batching=1), "is_packed_batching")
+
+
+# ---- MatMulNBits -----------------------------------------------------------------------------
+
+
+def _quantized(n, k, block, bits, zp_form):
+    blocks = -(-k // block)
+    q = rng.integers(0, 2**bits, (n, blocks, block)).astype(np.uint8)
+    per = 8 // bits
+    packed = np.zeros((n, blocks, block // per), np.uint8)
+    for j in range(per):
+        packed |= q[..., j::per] << (bits * j)
+    scales = rng.uniform(0.01, 0.1, (n, blocks)).astype(F)
+    extra = []
+    if zp_form == "uint8":
+        zq = rng.integers(0, 2**bits, (n, -(-blocks // per) * per)).astype(np.uint8)
+        zp = np.zeros((n, zq.shape[1] // per), np.uint8)
+        for j in range(per):
+            zp |= zq[:, j::per] << (bits * j)
+        extra = [("czp", zp)]
+    elif zp_form == "float":
+        extra = [("czp", rng.uniform(0, 2**bits - 1, (n, blocks)).astype(F))]
+    return [("cB", packed), ("cscales", scales.reshape(-1))] + extra
+
+
+@pytest.mark.parametrize(
+    "a_shape,n,k,block,bits,zp,bias",
+    [
+        ((3, 64), 24, 64, 32, 4, None, False),
+        ((2, 5, 48), 16, 48, 16, 4, "uint8", True),
+        ((4, 40), 8, 40, 16, 4, "float", False),
+        ((2, 32), 8, 32, 16, 8, "uint8", True),
+        ((2, 64), 8, 64, 32, 2, None, False),
+    ],
+)
+def test_matmul_nbits(a_shape, n, k, block, bits, zp, bias):
+    inputs = [("a", rand(*a_shape))] + _quantized(n, k, block, bits, zp)
+    if bias:
+        inputs += [None] * (5 - len(inputs)) + [("cbias", rand(n))]
+    attrs = dict(K=k, N=n, bits=bits, block_size=block)
+    check(*contrib("MatMulNBits", inputs, **attrs), rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_nbits_runtime_weight_is_refused():
+    qs = _quantized(8, 32, 16, 4, None)
+    inputs = [("a", rand(2, 32)), ("b", qs[0][1]), qs[1]]
+    refused(*contrib("MatMulNBits", inputs, K=32, N=8, bits=4, block_size=16), "not a constant")

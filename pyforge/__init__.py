@@ -389,13 +389,16 @@ def load(
     """Load a saved plan; needs neither the ONNX file nor the onnx package. Takes the runtime
     options (``RuntimeOptions`` or its fields as keywords: fused_steps, own_gemm, graph,
     library_epilogues); a compile option (layout, precision, fusion...) is refused with an
-    ``OptionError``: the plan is already compiled.
+    ``OptionError``: the plan is already compiled. Every kernel is lowered again from the plan's
+    description and must equal the saved source byte for byte (else ``ModelLoadError``).
 
     >>> m = pyforge.load("mlp.plan", target="cpu", own_gemm=False)
     """
     if target is not None and target not in ("cpu", "cuda"):
         raise errors.OptionError("target", f"target={target!r} is not allowed; use 'cpu' or 'cuda'")
-    plan = ExecutionPlan.load(os.fspath(directory))
+    from .lower_numba.describe import regenerate  # its kernels: only what pyforge emits for it
+
+    plan = ExecutionPlan.load(os.fspath(directory), regenerate)
     runtime = load_options(runtime, kwargs, plan.stats)
     target = target or default_target()
     return CompiledModel(plan, target, runtime.resolve(target), progress=progress)

@@ -12,6 +12,7 @@ from .exec.plan import ExecutionPlan
 from .frontend import import_onnx, load_model
 from .frontend.checks import check_declared_sizes
 from .lower_numba.build_plan import build_plan
+from .lower_numba.describe import describe
 from .lower_numba.lower import lower_graph
 from .opt.passes import PassManager
 from .opt.pipeline import pass_names
@@ -64,6 +65,8 @@ def compile_to_plan(
         prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile)
     with _stage("plan", seconds, progress):
         plan = build_plan(prog, float16=o.precision == "fp16")
+        lowering = {"specialize": o.specialize, "conv": o.conv, "conv_tile": o.conv_tile}
+        plan.description = describe(graph, plan, lowering)  # what load regenerates it from
     if limit is not None and plan.arena_bytes + plan.weights.nbytes > limit:  # before bind
         need = plan.arena_bytes + plan.weights.nbytes
         what = f"the plan's arena ({plan.arena_bytes:,} bytes) and weights"

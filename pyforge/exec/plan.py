@@ -3,7 +3,8 @@
 Saving writes ``plan.json``, ``weights.bin`` and ``kernels/<key>.<target>.py``; loading needs
 numpy only (no onnx), so a saved plan runs without the model file. A plan is data: loading
 (``plan_files.py``) checks every file against the sizes and sha256 sums in plan.json and every
-step against the slots before any kernel is imported.
+step against the slots, then has the lowering (passed in by ``pyforge.load``) regenerate the steps
+and kernel sources from plan.json's description; only those regenerated sources are imported.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,7 +22,7 @@ from ..errors import InputError, ModelLoadError
 from .steps import GemmStep, Step
 
 # plan.json's "format": bumped whenever a saved plan's meaning changes; another is refused
-FORMAT = 3
+FORMAT = 4
 
 
 @dataclass
@@ -49,6 +51,10 @@ class ExecutionPlan:
     # (tensor, bytes, first step, last step, arena offset): the planner's input and answer, for
     # explain; not saved
     buffers: list[tuple] = field(default_factory=list)
+    # the optimised graph the steps and kernels were lowered from (lower_numba/describe.py)
+    description: dict[str, Any] | None = field(default=None, repr=False)
+    # False when loaded without regenerating its kernels: then none of them may run
+    trusted: bool = True
 
     def signature(self, names: list[str]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         return [(n, tuple(self.slots[n].shape), np.dtype(self.slots[n].dtype)) for n in names]
@@ -60,13 +66,24 @@ class ExecutionPlan:
     def kernel_source(self, key: str, target: str) -> str:
         """The ``target`` source of kernel ``key``; a plan without it cannot run there."""
         source = self.kernels.get(key, {}).get(target)
+        if not self.trusted:
+            raise ModelLoadError(
+                f"kernel {key!r}: this plan was loaded without regenerating its kernels from "
+                "its description, so none is run; load it with pyforge.load"
+            )
         if source is None:
             raise ModelLoadError(f"the plan has no {target} source for kernel {key!r}")
         return source
 
     def save(self, directory: str) -> None:
         """Write plan.json, weights.bin and kernels/; plan.json records every file's size and
-        sha256 and its own checksum, which ``load`` checks."""
+        sha256 and its own checksum, which ``load`` checks, and the description its kernels are
+        regenerated from."""
+        why = (
+            "it has no description" if self.description is None else self.description.get("refused")
+        )
+        if why:
+            raise ModelLoadError(f"this plan cannot be saved: {why}")
         os.makedirs(os.path.join(directory, "kernels"), exist_ok=True)
         files = {WEIGHTS: _write(directory, WEIGHTS, self.weights.tobytes())}
         for key, sources in sorted(self.kernels.items()):
@@ -83,6 +100,7 @@ class ExecutionPlan:
             "stats": self.stats,
             "kernels": sorted(self.kernels),
             "files": files,
+            "description": self.description,
         }
         meta = json.loads(json.dumps(meta))  # as load will read it (int keys become strings)
         meta["checksum"] = meta_checksum(meta)
@@ -90,15 +108,20 @@ class ExecutionPlan:
             json.dump(meta, f, indent=1)
 
     @classmethod
-    def load(cls, directory: str) -> ExecutionPlan:
+    def load(cls, directory: str, regenerate: Regenerate | None = None) -> ExecutionPlan:
         """The plan saved in ``directory``, every file checked against plan.json and every step
-        against the slots before anything runs (``ModelLoadError`` naming file and field)."""
+        against the slots before anything runs (``ModelLoadError`` naming file and field).
+
+        ``regenerate(description, plan)`` gives the steps and kernel sources the description
+        lowers to; each must equal the stored one. Without it the plan is data only: reading
+        it is fine, running a kernel of it raises."""
         from .plan_files import read_plan
 
-        return read_plan(cls, directory)
+        return read_plan(cls, directory, regenerate)
 
 
 WEIGHTS = "weights.bin"
+Regenerate = Callable[[Any, ExecutionPlan], tuple[list[Step], dict[str, dict[str, str]]]]
 
 
 def meta_checksum(meta: dict[str, Any]) -> str:

@@ -1,5 +1,7 @@
 """Reading a saved plan as data: plan.json's checksum, then every file it lists checked for
-size and sha256 before its bytes are used, then every slot and step checked (``verify.py``).
+size and sha256 before its bytes are used, then every slot and step checked (``verify.py``),
+then the steps and kernel sources regenerated from the description and compared with the stored
+ones: a kernel that is not byte for byte what pyforge's emitter makes of it is refused.
 
 No name in plan.json resolves outside the plan directory: a kernel key is a plain file-name
 stem (no '/', '\\', '..' or leading '.'), and the only files read are ``plan.json``,
@@ -31,11 +33,12 @@ _FIELDS = {  # plan.json's fields and their JSON types
     "stats": dict,
     "kernels": list,
     "files": dict,
+    "description": dict,
     "checksum": str,
 }
 
 
-def read_plan(cls: type, directory: str) -> Any:
+def read_plan(cls: type, directory: str, regenerate: Any) -> Any:
     from .plan import FORMAT, WEIGHTS, meta_checksum
 
     meta = _read_meta(directory)
@@ -80,7 +83,37 @@ def read_plan(cls: type, directory: str) -> Any:
         meta["stats"],
     )
     check_plan(plan)
+    plan.description = meta["description"]
+    if regenerate is None:
+        plan.trusted = False
+    else:
+        _compare(directory, plan, *regenerate(plan.description, plan))
     return plan
+
+
+def _compare(directory: str, plan: Any, steps: list, kernels: dict[str, dict[str, str]]) -> None:
+    """Every stored kernel source and step equal to the regenerated one, which then replace them."""
+    for key in sorted(set(kernels) | set(plan.kernels)):
+        for target in _TARGETS:
+            made, stored = kernels.get(key, {}).get(target), plan.kernels.get(key, {}).get(target)
+            if made != stored:
+                parts = [
+                    p
+                    for s in steps + plan.steps
+                    for p in (*s.parts(), getattr(s, "fallback", None))
+                ]
+                label = next((p.label for p in parts if p is not None and p.kernel == key), "")
+                raise ModelLoadError(
+                    f"{directory}/kernels/{key}.{target}.py: kernel {key!r} ({label}) is not the "
+                    "source its description lowers to (edited, or saved by another pyforge); "
+                    "it is not imported"
+                )
+    for i, (made, stored) in enumerate(zip(steps + [None], plan.steps + [None])):
+        if made != stored:
+            raise ModelLoadError(
+                f"{directory}/plan.json: step {i} is not what its description lowers to"
+            )
+    plan.kernels = kernels
 
 
 def _read_meta(directory: str) -> dict[str, Any]:
@@ -90,7 +123,7 @@ def _read_meta(directory: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             meta = json.loads(f.read())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise ModelLoadError(f"{path}: not a readable plan.json ({e})") from None
     if not isinstance(meta, dict):
         raise ModelLoadError(f"{path}: not a plan (a JSON object is expected)")

@@ -136,6 +136,47 @@ def test_loop_without_trip_count_runs_until_its_condition():
     check_against_ort(model, {"x": rand(2, 3), "a": rand(2, 3)})
 
 
+def test_loop_without_condition_input_still_stops_on_the_body_condition():
+    # ORT reads the body's condition even when the node has no cond input: 3 of M = 5 here
+    nodes = [
+        helper.make_node("Less", ["i", "two"], ["c_out"]),
+        helper.make_node("Add", ["a", "x"], ["a2"]),
+        helper.make_node("Identity", ["a2"], ["s"]),
+    ]
+    body = body_graph(nodes, ["a"], ["c_out", "a2", "s"], [init("two", np.array(2, np.int64))])
+    model = loop_model(body, 5, None, [("a", [2, 3])], 1, [3, 2, 3], [[2, 3]])
+    check_against_ort(model, {"x": rand(2, 3), "a": rand(2, 3)})
+
+
+def test_loop_of_zero_iterations_gives_its_initial_values():
+    model = loop_model(_counting_body(), 0, True, [("a", [2, 3])], 0, None, [[2, 3]])
+    check_against_ort(model, {"x": rand(2, 3), "a": rand(2, 3)})
+
+
+def test_loop_in_a_loop_reads_the_outer_body_names():
+    # the inner body reads the outer body's carried a and iteration number i (renamed per copy)
+    inner_nodes = [
+        helper.make_node("Identity", ["ci"], ["co"]),
+        helper.make_node("Cast", ["i"], ["fi"], to=F),
+        helper.make_node("Mul", ["b", "a"], ["ba"]),
+        helper.make_node("Add", ["ba", "fi"], ["b2"]),
+    ]
+    inner = helper.make_graph(
+        inner_nodes,
+        "inner",
+        [vi("j", I64, []), vi("ci", B, []), vi("b", F, None)],
+        [vi("co", B, None), vi("b2", F, None)],
+    )
+    nodes = [
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+        helper.make_node("Loop", ["two", "", "x"], ["a2"], body=inner),
+        helper.make_node("Tanh", ["a2"], ["a3"]),
+    ]
+    body = body_graph(nodes, ["a"], ["c_out", "a3"], [init("two", np.array(2, np.int64))])
+    model = loop_model(body, 3, True, [("a", [2, 3])], 0, None, [[2, 3]])
+    check_against_ort(model, {"x": rand(2, 3), "a": rand(2, 3)})
+
+
 def test_loop_with_an_if_on_the_iteration_number_inside():
     # the nested If's branches read the body's renamed names (a, i) and the outer x
     then = helper.make_graph(
@@ -204,6 +245,18 @@ def test_loop_with_a_run_time_condition_is_refused():
     model = loop_model(body, 3, True, [("a", [2, 3])], 0, None, [[2, 3]])
     with pytest.raises(UnsupportedOperatorError, match="loop0.*condition.*run time"):
         pyforge.compile(model, target="cpu")
+
+
+def test_loop_of_zero_iterations_with_scan_outputs_is_refused():
+    nodes = [
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+        helper.make_node("Add", ["a", "x"], ["a2"]),
+        helper.make_node("Identity", ["a2"], ["s"]),
+    ]
+    body = body_graph(nodes, ["a"], ["c_out", "a2", "s"])
+    model = loop_model(body, 0, True, [("a", [2, 3])], 1, None, [[2, 3]])
+    with pytest.raises(UnsupportedOperatorError, match="loop0.*scan output 0 of zero iterations"):
+        import_onnx(model)
 
 
 def test_loop_past_the_unroll_limit_is_refused():

@@ -234,3 +234,183 @@ def test_matmul_nbits_runtime_weight_is_refused():
     qs = _quantized(8, 32, 16, 4, None)
     inputs = [("a", rand(2, 32)), ("b", qs[0][1]), qs[1]]
     refused(*contrib("MatMulNBits", inputs, K=32, N=8, bits=4, block_size=16), "not a constant")
+
+
+# ---- attention -------------------------------------------------------------------------------
+
+B, S, N, HD = 2, 5, 4, 8  # batch, sequence, heads, head size
+H = N * HD
+
+
+def _mask(form, total):
+    """A mask_index / key_padding_mask of one of ORT's forms, leaving every row some key."""
+    lengths, starts = np.array([total - 2, total]), np.array([1, 0])
+    if form == "lengths":
+        return lengths.astype(I32)
+    if form == "ends_starts":
+        return np.concatenate([lengths, starts]).astype(I32)
+    raw = (np.arange(total)[None] < lengths[:, None]).astype(I32)
+    raw[1, 1] = 0
+    if form == "raw3d":
+        return np.broadcast_to(raw[:, None], (B, S, total)).copy()
+    return raw
+
+
+ATTENTION_CASES = {
+    "plain": {},
+    "raw_mask": dict(mask="raw"),
+    "lengths": dict(mask="lengths"),
+    "ends_starts": dict(mask="ends_starts"),
+    "raw3d": dict(mask="raw3d", attrs=dict(mask_filter_value=-1e4)),
+    "causal": dict(attrs=dict(unidirectional=1)),
+    "qkv_sizes_scale": dict(sizes=(H, H, 16), attrs=dict(scale=0.3)),
+    "attention_bias": dict(attn_bias=True, mask="raw"),
+    "past_present": dict(past=3, mask="raw", attrs=dict(unidirectional=1)),
+    "past_no_mask": dict(past=2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ATTENTION_CASES))
+def test_attention(case):
+    c = ATTENTION_CASES[case]
+    sizes, past = c.get("sizes", (H, H, H)), c.get("past", 0)
+    total = S + past
+    inputs = [
+        ("x", rand(B, S, 12)),
+        ("cw", rand(12, sum(sizes), scale=0.5)),
+        ("cb", rand(sum(sizes))),
+    ]
+    inputs += [("mask", _mask(c["mask"], total)) if "mask" in c else None]
+    inputs += [("past", rand(2, B, N, past, HD)) if past else None]
+    inputs += [("ab", rand(1, N, S, total)) if c.get("attn_bias") else None]
+    while inputs[-1] is None:
+        inputs.pop()
+    outs = (("y", F), ("present", F))[: 2 if past else 1]
+    attrs = dict(num_heads=N, **c.get("attrs", {}))
+    if sizes[2] != H:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    check(*contrib("Attention", inputs, outs, **attrs))
+
+
+@pytest.mark.parametrize(
+    "attrs,mask_shape,match",
+    [(dict(do_rotary=1), None, "do_rotary"), ({}, (B, 1, S, S), "mask of shape")],
+)
+def test_attention_refusals(attrs, mask_shape, match):
+    inputs = [("x", rand(B, S, 12)), ("cw", rand(12, 3 * H)), ("cb", rand(3 * H))]
+    if mask_shape:
+        inputs.append(("mask", np.ones(mask_shape, I32)))
+    refused(*contrib("Attention", inputs, num_heads=N, **attrs), match)
+
+
+MHA_CASES = {
+    "self_bias": dict(bias=True),
+    "cross": dict(kv_len=7, bias=True, mask="lengths"),
+    "cross_raw_mask": dict(kv_len=7, mask="raw"),
+    "bnsh_kv": dict(form="bnsh", kv_len=6, mask="raw"),
+    "causal_past": dict(past=3, attrs=dict(unidirectional=1)),
+    "attention_bias": dict(attn_bias=True, attrs=dict(scale=0.2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MHA_CASES))
+def test_multi_head_attention(case):
+    c = MHA_CASES[case]
+    form, kv_len, past = c.get("form", "3d"), c.get("kv_len", S), c.get("past", 0)
+    if form == "bnsh":
+        inputs = [
+            ("q", rand(B, S, H)),
+            ("k", rand(B, N, kv_len, HD)),
+            ("v", rand(B, N, kv_len, HD)),
+        ]
+    else:
+        inputs = [("q", rand(B, S, H)), ("k", rand(B, kv_len, H)), ("v", rand(B, kv_len, H))]
+    total = kv_len + past
+    inputs += [("cbias", rand(3 * H)) if c.get("bias") else None]
+    inputs += [("mask", _mask(c["mask"], total)) if "mask" in c else None]
+    inputs += [("ab", rand(1, N, S, total)) if c.get("attn_bias") else None]
+    if past:
+        inputs += [("pk", rand(B, N, past, HD)), ("pv", rand(B, N, past, HD))]
+    while inputs[-1] is None:
+        inputs.pop()
+    outs = (("y", F), ("present_k", F), ("present_v", F))[: 3 if past else 1]
+    check(*contrib("MultiHeadAttention", inputs, outs, num_heads=N, **c.get("attrs", {})))
+
+
+def test_multi_head_attention_refusals():
+    inputs = [("q", rand(B, S, H)), ("k", rand(B, S, H)), ("v", rand(B, S, H))]
+    inputs += [None] * 6 + [("ci", np.zeros((B, 1, S), I32))]
+    refused(*contrib("MultiHeadAttention", inputs, num_heads=N), "cache_indirection")
+    # ORT's CPU kernel refuses packed QKV and packed KV too, so there is no reference for them
+    packed = [("q", rand(B, S, N, 3, HD))]
+    refused(*contrib("MultiHeadAttention", packed, num_heads=N), "packed QKV")
+    packed_kv = [("q", rand(B, S, H)), ("kv", rand(B, S, N, 2, HD))]
+    refused(*contrib("MultiHeadAttention", packed_kv, num_heads=N), "packed QKV or KV")
+
+
+KV = 2  # key/value heads of GroupQueryAttention
+
+
+def _gqa_inputs(packed=False, lengths=(S, S), rotary=None, past=0):
+    h = 2 * HD if rotary is not None else HD  # ORT's rotary wants a multiple of 16
+    if packed:
+        qkv = [("q", rand(B, S, (N + 2 * KV) * h)), None, None]
+    else:
+        qkv = [("q", rand(B, S, N * h)), ("k", rand(B, S, KV * h)), ("v", rand(B, S, KV * h))]
+    pasts = [("pk", rand(B, KV, past, h)), ("pv", rand(B, KV, past, h))] if past else [None, None]
+    seqlens = np.asarray(lengths, I32) - 1
+    inputs = qkv + pasts + [("seqlens", seqlens), ("ctotal", np.asarray(S + past, I32))]
+    if rotary is not None:
+        cos, sin = _caches(16, h // 2)
+        inputs += [("ccos", cos), ("csin", sin)]
+    return inputs
+
+
+GQA_CASES = {
+    "plain": dict(),
+    "packed": dict(packed=True),
+    "rotary": dict(rotary=0, attrs=dict(do_rotary=1)),
+    "rotary_interleaved": dict(rotary=1, attrs=dict(do_rotary=1, rotary_interleaved=1)),
+    "softcap_scale": dict(attrs=dict(softcap=2.0, scale=0.5)),
+    "ragged_prompt": dict(lengths=(S, S - 2)),
+    "equal_heads": dict(kv=N),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GQA_CASES))
+def test_group_query_attention_prompt(case):
+    global KV
+    c = GQA_CASES[case]
+    kv, KV = KV, c.get("kv", KV)
+    try:
+        inputs = _gqa_inputs(c.get("packed", False), c.get("lengths", (S, S)), c.get("rotary"))
+    finally:
+        kv, KV = KV, kv
+    attrs = dict(num_heads=N, kv_num_heads=kv, **c.get("attrs", {}))
+    outs = (("y", F), ("present_k", F), ("present_v", F))
+    model, feeds = contrib("GroupQueryAttention", inputs, outs, **attrs)
+    if "lengths" in c:  # the padded rows past a sequence's end are left open; compare the rest
+        import pyforge
+        from tests.helpers import run_ort
+
+        got = pyforge.compile(model, target="cpu").predict(feeds)
+        want = run_ort(model, feeds)
+        for k, (name, _) in enumerate(outs):
+            g, w = got[name], want[k]
+            if k == 0:
+                g, w = g[1, : c["lengths"][1]], w[1, : c["lengths"][1]]
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+        return
+    check(model, feeds)
+
+
+@pytest.mark.parametrize(
+    "attrs,past,match",
+    [({}, 3, "cached tokens"), (dict(local_window_size=2), 0, "local_window_size")],
+)
+def test_group_query_attention_refusals(attrs, past, match):
+    inputs = _gqa_inputs(past=past)
+    outs = (("y", F), ("present_k", F), ("present_v", F))
+    refused(
+        *contrib("GroupQueryAttention", inputs, outs, num_heads=N, kv_num_heads=KV, **attrs), match
+    )

@@ -128,29 +128,18 @@ def _multi_head_attention(b: Builder) -> None:
     q, k, v, n = b.input(0), b.input(1), b.input(2), b.attrs["num_heads"]
     qs = b.value(q).shape
     bsz, seq = qs[:2]
-    if len(qs) == 5 or (k is not None and len(b.value(k).shape) != 3):
-        if b.input(3) is not None:
-            b.fail("input 3 (bias) with packed or BNSH key/value is not supported")
-    elif b.input(3) is not None:
-        hq, hk, hv = qs[-1], b.value(k).shape[-1], b.value(v).shape[-1]
+    if len(qs) == 5 or k is None or len(b.value(k).shape) == 5:
+        b.fail("packed QKV or KV (B, S, N, 3|2, h): ORT's CPU kernel refuses them too")
+    ks = b.value(k).shape
+    if b.input(3) is not None:
+        if len(ks) != 3:
+            b.fail("input 3 (bias) with BNSH key/value is not supported")
+        hq, hk, hv = qs[-1], ks[-1], b.value(v).shape[-1]
         bq, bk, bv = b.op("Split", [b.input(3), b.const(i64(hq, hk, hv))], n_outputs=3)
         q, k, v = b.op("Add", [q, bq]), b.op("Add", [k, bk]), b.op("Add", [v, bv])
-    if len(qs) == 5:  # packed QKV (B, S, N, 3, h)
-        parts = b.op("Split", [q, b.const(i64(1, 1, 1))], n_outputs=3, axis=3)
-    elif len(b.value(k).shape) == 5:  # packed KV (B, L, N, 2, h)
-        parts = [q] + b.op("Split", [k, b.const(i64(1, 1))], n_outputs=2, axis=3)
-    if len(qs) == 5 or len(b.value(k).shape) == 5:
-        bsnh = [b.op("Squeeze", [t, b.const(i64(3))]) for t in parts]
-        q = (
-            heads(b, bsnh[0], n)
-            if len(qs) == 3
-            else b.op("Transpose", [bsnh[0]], perm=[0, 2, 1, 3])
-        )
-        k, v = (b.op("Transpose", [t], perm=[0, 2, 1, 3]) for t in bsnh[1:])
-    else:
-        q = heads(b, q, n)
-        if len(b.value(k).shape) == 3:
-            k, v = heads(b, k, n), heads(b, v, n)
+    q = heads(b, q, n)
+    if len(ks) == 3:  # else BNSH already
+        k, v = heads(b, k, n), heads(b, v, n)
     pk, pv = b.input(6), b.input(7)
     npast = 0 if pk is None else b.value(pk).shape[2]
     k, v = _with_past(b, pk, k, b.output(1)), _with_past(b, pv, v, b.output(2))

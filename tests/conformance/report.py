@@ -12,6 +12,7 @@ import os
 import re
 import time
 import warnings
+from pathlib import Path
 
 from tests.conformance.suite import Case, cases, run_case, write_expected
 
@@ -155,6 +156,16 @@ def write_report(all_cases: list[Case], results: dict[str, str], seconds: float)
     return "\n".join(lines) + "\n"
 
 
+KEPT_HEADING = "## Real-model corpus"
+
+
+def kept_sections(text: str) -> str:
+    """The sections other tools write into CONFORMANCE.md (the real-model corpus tables of
+    benchmarks/corpus.py), carried over unchanged when the report is regenerated."""
+    parts = re.split(r"(?m)^(?=## )", text)
+    return "".join(p.rstrip("\n") + "\n\n" for p in parts if p.startswith(KEPT_HEADING)).rstrip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--update", action="store_true", help="rewrite expected_pass.txt")
@@ -170,8 +181,10 @@ def main() -> None:
     if args.filter:
         print(f"{sum(not e for e in results.values())} / {len(results)} pass")
         return
-    with open(os.path.join(ROOT, "CONFORMANCE.md"), "w") as f:
-        f.write(write_report(all_cases, results, seconds))
+    md = os.path.join(ROOT, "CONFORMANCE.md")
+    kept = kept_sections(Path(md).read_text()) if os.path.exists(md) else ""
+    with open(md, "w") as f:
+        f.write(write_report(all_cases, results, seconds) + (f"\n{kept}\n" if kept else ""))
     if args.update:
         write_expected({n for n, e in results.items() if not e})
     print(f"{sum(not e for e in results.values())} / {len(results)} pass; wrote CONFORMANCE.md")

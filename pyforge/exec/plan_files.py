@@ -96,18 +96,21 @@ def _compare(directory: str, plan: Any, steps: list, kernels: dict[str, dict[str
     for key in sorted(set(kernels) | set(plan.kernels)):
         for target in _TARGETS:
             made, stored = kernels.get(key, {}).get(target), plan.kernels.get(key, {}).get(target)
-            if made != stored:
-                parts = [
-                    p
-                    for s in steps + plan.steps
-                    for p in (*s.parts(), getattr(s, "fallback", None))
-                ]
-                label = next((p.label for p in parts if p is not None and p.kernel == key), "")
+            if made == stored:
+                continue
+            parts = [
+                p for s in steps + plan.steps for p in (*s.parts(), getattr(s, "fallback", None))
+            ]
+            what = f"kernel {key!r} ({next((p.label for p in parts if p and p.kernel == key), '')})"
+            if stored is None:
                 raise ModelLoadError(
-                    f"{directory}/kernels/{key}.{target}.py: kernel {key!r} ({label}) is not the "
-                    "source its description lowers to (edited, or saved by another pyforge); "
-                    "it is not imported"
+                    f"{directory}/plan.json: field 'description' lowers to {what}, which the "
+                    f"plan does not hold"
                 )
+            raise ModelLoadError(
+                f"{directory}/kernels/{key}.{target}.py: {what} is not the source its "
+                "description lowers to (edited, or saved by another pyforge); it is not imported"
+            )
     for i, (made, stored) in enumerate(zip(steps + [None], plan.steps + [None])):
         if made != stored:
             raise ModelLoadError(

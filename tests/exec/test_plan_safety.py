@@ -1,6 +1,8 @@
 """A saved plan is data: damaged or planted files are refused before any of their code runs,
-and a kernel cache file that is not the source in hand is never imported."""
+a kernel that is not what pyforge lowers the plan's description to is never imported, and a
+kernel cache file that is not the source in hand is never imported."""
 
+import hashlib
 import json
 import os
 import stat
@@ -12,7 +14,7 @@ import pytest
 import pyforge
 from pyforge.errors import ModelLoadError
 from pyforge.exec import kernels
-from pyforge.exec.plan import meta_checksum
+from pyforge.exec.plan import ExecutionPlan, meta_checksum
 from pyforge.exec.steps import GemmStep
 from pyforge.models import mlp, random_inputs
 from tests.exec.test_threads import two_conv
@@ -194,3 +196,106 @@ def test_conv_geometry_and_im2col_are_checked(tmp_path, models):
     write_meta(path, meta)
     with pytest.raises(ModelLoadError, match="conv.x"):
         pyforge.load(path, target="cpu")
+
+
+def _reseal_kernel(path: str, name: str, source: str) -> None:
+    """A kernel file rewritten and plan.json's size, sha256 and checksum made to match it."""
+    data = source.encode()
+    Path(path, "kernels", name).write_bytes(data)
+    meta = read_meta(path)
+    meta["files"][f"kernels/{name}"] = {
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    write_meta(path, meta)
+
+
+@pytest.mark.parametrize("model", ["mlp", "conv"])
+def test_a_kernel_rewritten_with_its_checksums_never_runs(tmp_path, models, model):
+    path = saved(tmp_path, models[model])
+    marker = tmp_path / "marker"
+    name = min(n for n in os.listdir(os.path.join(path, "kernels")) if n.endswith(".cpu.py"))
+    _reseal_kernel(path, name, marker_line(marker) + Path(path, "kernels", name).read_text())
+    with pytest.raises(
+        ModelLoadError, match=f"kernels/{name}: kernel '{name[:-7]}'.*not the source"
+    ):
+        pyforge.load(path, target="cpu")
+    # read without its lowering, the plan is data: binding it runs none of its kernels
+    plan = ExecutionPlan.load(path)
+    with pytest.raises(ModelLoadError, match="without regenerating"):
+        pyforge.CompiledModel(plan, "cpu")
+    assert not marker.exists()
+
+
+def _members(meta: dict) -> list[dict]:
+    return [m for n in meta["description"]["nodes"] for m in n.get("group", {}).get("members", [])]
+
+
+def _rename_value(meta: dict, old: str, new: str) -> None:
+    values = meta["description"]["values"]
+    values[new] = values.pop(old)
+    for n in meta["description"]["nodes"] + _members(meta):
+        n["inputs"] = [new if v == old else v for v in n["inputs"]]
+        n["outputs"] = [new if v == old else v for v in n["outputs"]]
+
+
+def _hostile(marker) -> str:
+    return f"1); import os; os.system('touch {marker}'); ("
+
+
+@pytest.mark.parametrize(
+    "edit,says",
+    [
+        (lambda m, h: _members(m)[0]["attrs"].update(mode=h), "'fc1' \\(Gemm\\) attribute 'mode'"),
+        (lambda m, h: _members(m)[0]["attrs"].update(alpha=[[h]]), "attribute 'alpha'"),
+        (lambda m, h: _members(m)[0]["attrs"].update(alpha={"code": h}), "attribute 'alpha'"),
+        (lambda m, h: _members(m)[0]["attrs"].update({h: 1}), "node 'fc1' \\(Gemm\\)"),
+        (lambda m, h: _members(m)[2].update(op=h), "field 'op'"),
+        (lambda m, h: _members(m)[2].update(op="Exec"), "'relu1' \\(Exec\\).*not an op"),
+        (lambda m, h: _members(m)[2].update(name=h), "not an allowed string"),
+        (lambda m, h: _rename_value(m, "relu1", h), "value name"),
+        (lambda m, h: m["description"]["values"]["x"].update(shape=["1", 256]), "'x'.*'shape'"),
+        (lambda m, h: m["description"]["values"]["x"].update(dtype="|O"), "'x'.*dtype"),
+        (lambda m, h: m["description"]["values"]["x"].update(shape=[3, 256]), "'x'.*slot"),
+        (lambda m, h: m["description"]["options"].update(conv_tile=h), "conv_tile"),
+        (lambda m, h: m["description"].update(nodes=[h]), "node"),
+    ],
+)
+def test_a_description_that_is_not_strictly_typed_is_refused(tmp_path, models, edit, says):
+    path = saved(tmp_path, models["mlp"])
+    marker = tmp_path / "marker"
+    meta = read_meta(path)
+    edit(meta, _hostile(marker))
+    write_meta(path, meta)
+    with pytest.raises(ModelLoadError, match=f"description.*{says}"):
+        pyforge.load(path, target="cpu")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "edit,says",
+    [  # each well typed, and lowered to code that is not the plan's
+        (lambda m: _members(m)[2].update(op="Sigmoid"), "description' lowers to kernel"),
+        (lambda m: _members(m)[0]["attrs"].update(alpha=2.0), "lowers to kernel.*Gemm fc1"),
+        (lambda m: m["description"]["nodes"][0].update(name="relu9"), "step 0 is not what"),
+        (lambda m: m["description"]["values"]["fc1.weight"].update(shape=[256, 512]), "slot"),
+        (lambda m: _members(m)[1]["inputs"].reverse(), "does not lower|lowers to kernel"),
+    ],
+)
+def test_a_description_the_plan_was_not_lowered_from_is_refused(tmp_path, models, edit, says):
+    path = saved(tmp_path, models["mlp"])
+    meta = read_meta(path)
+    edit(meta)
+    write_meta(path, meta)
+    with pytest.raises(ModelLoadError, match=says):
+        pyforge.load(path, target="cpu")
+
+
+def test_a_graph_with_names_a_description_cannot_hold_is_not_saved(tmp_path):
+    model = mlp(batch=1)
+    model.graph.node[-1].name = "fc3 'quoted'"
+    compiled = pyforge.compile(model, target="cpu")
+    x = random_inputs(model, seed=4)
+    assert np.all(np.isfinite(compiled.predict(x)))  # it runs here; only saving is refused
+    with pytest.raises(ModelLoadError, match="cannot be saved.*fc3 'quoted'"):
+        compiled.save(tmp_path / "plan")

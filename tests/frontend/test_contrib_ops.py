@@ -81,12 +81,14 @@ SKIP_OUTS = (("y", F), ("mean", F), ("inv", F), ("sum", F))
         ((1, 5, 32), False, True, 2),
     ],
 )
-def test_skip_layer_norm(skip_shape, beta, bias, n_out):
+@pytest.mark.parametrize("fusion", [True, False])
+def test_skip_layer_norm(skip_shape, beta, bias, n_out, fusion):
     inputs = [("x", rand(2, 5, 32)), ("skip", rand(*skip_shape)), ("cg", rand(32))]
     inputs += [("cbeta", rand(32)) if beta else None, ("cbias", rand(32)) if bias else None]
     while inputs[-1] is None:
         inputs.pop()
-    check(*contrib("SkipLayerNormalization", inputs, SKIP_OUTS[:n_out], epsilon=1e-5))
+    model, feeds = contrib("SkipLayerNormalization", inputs, SKIP_OUTS[:n_out], epsilon=1e-5)
+    check(model, feeds, fusion=fusion)
 
 
 @pytest.mark.parametrize("bias,outs", [(True, (0, 2, 3)), (False, (0,)), (False, (0, 3))])
@@ -267,19 +269,18 @@ ATTENTION_CASES = {
     "attention_bias": dict(attn_bias=True, mask="raw"),
     "past_present": dict(past=3, mask="raw", attrs=dict(unidirectional=1)),
     "past_no_mask": dict(past=2),
+    "runtime_weights": dict(runtime_w=True, mask="lengths"),
 }
 
 
+@pytest.mark.parametrize("fusion", [True, False])
 @pytest.mark.parametrize("case", sorted(ATTENTION_CASES))
-def test_attention(case):
+def test_attention(case, fusion):
     c = ATTENTION_CASES[case]
     sizes, past = c.get("sizes", (H, H, H)), c.get("past", 0)
     total = S + past
-    inputs = [
-        ("x", rand(B, S, 12)),
-        ("cw", rand(12, sum(sizes), scale=0.5)),
-        ("cb", rand(sum(sizes))),
-    ]
+    w = "w" if c.get("runtime_w") else "cw"  # a run-time weight takes the one-GEMM form
+    inputs = [("x", rand(B, S, 12)), (w, rand(12, sum(sizes), scale=0.5)), ("cb", rand(sum(sizes)))]
     inputs += [("mask", _mask(c["mask"], total)) if "mask" in c else None]
     inputs += [("past", rand(2, B, N, past, HD)) if past else None]
     inputs += [("ab", rand(1, N, S, total)) if c.get("attn_bias") else None]
@@ -289,7 +290,7 @@ def test_attention(case):
     attrs = dict(num_heads=N, **c.get("attrs", {}))
     if sizes[2] != H:
         attrs["qkv_hidden_sizes"] = list(sizes)
-    check(*contrib("Attention", inputs, outs, **attrs))
+    check(*contrib("Attention", inputs, outs, **attrs), fusion=fusion)
 
 
 @pytest.mark.parametrize(
@@ -414,3 +415,72 @@ def test_group_query_attention_refusals(attrs, past, match):
     refused(
         *contrib("GroupQueryAttention", inputs, outs, num_heads=N, kv_num_heads=KV, **attrs), match
     )
+
+
+# ---- fusion: the expansions fuse as the plain ops they stand for ------------------------------
+
+
+def _bert_layer(contrib_norms):
+    """Attention, output projection, residual + LayerNorm, FFN with GELU, residual + LayerNorm:
+    the norms and GELU as com.microsoft fused ops, or as the plain ONNX ops they replace."""
+    d, ff = 32, 64
+    inits = {
+        "cw": rand(d, 3 * d, scale=0.2),
+        "cb": rand(3 * d),
+        "wo": rand(d, d, scale=0.2),
+        "bo": rand(d),
+        "w1": rand(d, ff, scale=0.2),
+        "b1": rand(ff),
+        "w2": rand(ff, d, scale=0.2),
+        "b2": rand(d),
+        "g1": rand(d),
+        "be1": rand(d),
+        "g2": rand(d),
+        "be2": rand(d),
+    }
+    mk = helper.make_node
+    nodes = [mk("Attention", ["x", "cw", "cb", "m"], ["att"], domain=MS, num_heads=4)]
+    nodes.append(mk("MatMul", ["att", "wo"], ["o"]))
+    if contrib_norms:
+        nodes += [
+            mk("SkipLayerNormalization", ["o", "x", "g1", "be1", "bo"], ["ln1"], domain=MS),
+            mk("MatMul", ["ln1", "w1"], ["f1"]),
+            mk("FastGelu", ["f1", "b1"], ["a"], domain=MS),
+            mk("MatMul", ["a", "w2"], ["f2"]),
+            mk("SkipLayerNormalization", ["f2", "ln1", "g2", "be2", "b2"], ["y"], domain=MS),
+        ]
+    else:
+        nodes += [
+            mk("Add", ["o", "bo"], ["ob"]),
+            mk("Add", ["ob", "x"], ["r1"]),
+            mk("LayerNormalization", ["r1", "g1", "be1"], ["ln1"], epsilon=1e-12),
+            mk("MatMul", ["ln1", "w1"], ["f1"]),
+            mk("Add", ["f1", "b1"], ["f1b"]),
+            mk("Gelu", ["f1b"], ["a"], approximate="tanh"),
+            mk("MatMul", ["a", "w2"], ["f2"]),
+            mk("Add", ["f2", "b2"], ["f2b"]),
+            mk("Add", ["f2b", "ln1"], ["r2"]),
+            mk("LayerNormalization", ["r2", "g2", "be2"], ["y"], epsilon=1e-12),
+        ]
+    model = make_model(
+        nodes,
+        [("x", F, [2, 8, d]), ("m", I32, [2, 8])],
+        [("y", F, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()],
+        opset=20,
+    )
+    model.opset_import.append(helper.make_opsetid(MS, 1))
+    m = np.ones((2, 8), I32)
+    m[1, 6:] = 0
+    return model, {"x": rand(2, 8, d), "m": m}
+
+
+def test_bert_layer_fuses_like_plain_ops():
+    contrib_model, plain_model = (_bert_layer(c) for c in (True, False))
+    fused, _ = check(*contrib_model)
+    plain, _ = check(*plain_model)
+    print(
+        "launches: com.microsoft norms", fused.stats["launches"], "plain", plain.stats["launches"]
+    )
+    assert fused.stats["launches"] == plain.stats["launches"]
+    assert fused.stats["ops_out"] == plain.stats["ops_out"]

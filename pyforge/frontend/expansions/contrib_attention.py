@@ -11,17 +11,19 @@ from .contrib import MS, i64, rope
 _F32 = np.dtype(np.float32)
 
 
-def heads(b: Builder, x: str, n: int) -> str:
-    """(B, S, N*h) -> (B, N, S, h)."""
+def heads(b: Builder, x: str, n: int, keys_t: bool = False) -> str:
+    """(B, S, N*h) -> (B, N, S, h), or (B, N, h, S) with ``keys_t``: one transpose for K^T."""
     bsz, seq, hidden = b.value(x).shape
     x = b.op("Reshape", [x, b.const(i64(bsz, seq, n, hidden // n))])
-    return b.op("Transpose", [x], perm=[0, 2, 1, 3])
+    return b.op("Transpose", [x], perm=[0, 2, 3, 1] if keys_t else [0, 2, 1, 3])
 
 
-def attend(b: Builder, q: str, k: str, v: str, scale: float, bias: str | None, out: str, cap=0.0):
-    """softmax(q k^T * scale (+ bias)) v for q (B, N, S, h), k/v (B, N, T, h); out (B, S, N*h)."""
+def attend(b: Builder, q, k, v, scale: float, bias, out: str, cap=0.0, k_t=False):
+    """softmax(q k^T * scale (+ bias)) v for q (B, N, S, h), k/v (B, N, T, h) (k (B, N, h, T)
+    with ``k_t``); out (B, S, N*h)."""
     dtype = b.value(q).dtype
-    scores = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    kt = k if k_t else b.op("Transpose", [k], perm=[0, 1, 3, 2])
+    scores = b.op("MatMul", [q, kt])
     scores = b.op("Mul", [scores, b.const(np.asarray(scale, dtype))])
     if cap:  # GroupQueryAttention's softcap
         t = b.op("Tanh", [b.op("Div", [scores, b.const(np.asarray(cap, dtype))])])
@@ -95,13 +97,20 @@ def _attention(b: Builder) -> None:
     bsz, seq, _ = b.value(x).shape
     width = b.value(w).shape[1]
     sizes = list(b.attrs.get("qkv_hidden_sizes", None) or [width // 3] * 3)
-    qkv = b.op("MatMul", [x, w])
-    if b.input(2) is not None:
-        qkv = b.op("Add", [qkv, b.input(2)])
-    q, k, v = (
-        heads(b, t, n) for t in b.op("Split", [qkv, b.const(i64(*sizes))], n_outputs=3, axis=-1)
-    )
+    wc, wb = b.value(w).const, b.input(2)
+    bc = None if wb is None else b.value(wb).const
+    if wc is not None and (wb is None or bc is not None):  # a GEMM per projection, no Split
+        cuts = list(zip(np.cumsum([0, *sizes[:2]]), np.cumsum(sizes)))
+        parts = [b.op("MatMul", [x, b.const(wc[:, i:j])]) for i, j in cuts]
+        if bc is not None:
+            parts = [b.op("Add", [t, b.const(bc[i:j])]) for t, (i, j) in zip(parts, cuts)]
+    else:
+        qkv = b.op("MatMul", [x, w])
+        qkv = qkv if wb is None else b.op("Add", [qkv, wb])
+        parts = b.op("Split", [qkv, b.const(i64(*sizes))], n_outputs=3, axis=-1)
     past, present = b.input(4), b.output(1)
+    k_t = past is None and not present
+    q, k, v = heads(b, parts[0], n), heads(b, parts[1], n, k_t), heads(b, parts[2], n)
     npast = 0
     if past is not None or present:
         pk = pv = None
@@ -119,7 +128,7 @@ def _attention(b: Builder) -> None:
     bias = mask_bias(b, b.input(3), bsz, seq, seq + npast, npast, uni)
     if b.input(5) is not None:
         bias = b.input(5) if bias is None else b.op("Add", [bias, b.input(5)])
-    attend(b, q, k, v, _scale(b, sizes[0] // n), bias, b.output(0))
+    attend(b, q, k, v, _scale(b, sizes[0] // n), bias, b.output(0), k_t=k_t)
 
 
 @expands("MultiHeadAttention", domain=MS)
@@ -137,18 +146,19 @@ def _multi_head_attention(b: Builder) -> None:
         hq, hk, hv = qs[-1], ks[-1], b.value(v).shape[-1]
         bq, bk, bv = b.op("Split", [b.input(3), b.const(i64(hq, hk, hv))], n_outputs=3)
         q, k, v = b.op("Add", [q, bq]), b.op("Add", [k, bk]), b.op("Add", [v, bv])
+    pk, pv = b.input(6), b.input(7)
+    k_t = len(ks) == 3 and pk is None and not b.output(1)
     q = heads(b, q, n)
     if len(ks) == 3:  # else BNSH already
-        k, v = heads(b, k, n), heads(b, v, n)
-    pk, pv = b.input(6), b.input(7)
+        k, v = heads(b, k, n, k_t), heads(b, v, n)
     npast = 0 if pk is None else b.value(pk).shape[2]
     k, v = _with_past(b, pk, k, b.output(1)), _with_past(b, pv, v, b.output(2))
-    total = b.value(k).shape[2]
+    total = b.value(k).shape[3 if k_t else 2]
     uni = bool(b.attrs.get("unidirectional", 0))
     bias = mask_bias(b, b.input(4), bsz, seq, total, npast, uni)
     if b.input(5) is not None:
         bias = b.input(5) if bias is None else b.op("Add", [bias, b.input(5)])
-    attend(b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0))
+    attend(b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0), k_t=k_t)
 
 
 @expands("GroupQueryAttention", domain=MS)

@@ -367,6 +367,12 @@ def compile(
     first = replace(options, input_shapes=default_shapes(specs))
     try:
         plan, details = compile_to_plan(proto, first, progress=progress)
+    except errors.DataDependentError as e:
+        if e.top is None:
+            raise
+        from .staged import StagedModel  # a node needs run-time data: run in stages
+
+        return StagedModel(proto, e, target, options, runtime, specs)
     except errors.ShapeError as e:
         free = free_symbols(specs)
         if free:  # the 1s may be what is inconsistent (a past length plus a new one, say)

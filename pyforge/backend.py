@@ -19,6 +19,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from .errors import InputError
 from .exec.plan import normalise_feeds
+from .staged import StagedModel
 
 
 def _runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -115,7 +116,11 @@ class PyforgeRep(BackendRep):
             feeds = {n: np.asarray(a) for n, a in zip(self.input_names, inputs)}
         compiled = self._compile(feeds)
         feeds = {n: a for n, a in feeds.items() if n not in self.baked}
-        outs = compiled.runtime.run(normalise_feeds(compiled.plan, feeds))
+        if isinstance(compiled, StagedModel):  # run in stages: predict, not one plan
+            out = compiled.predict(feeds)
+            outs = out if isinstance(out, dict) else {compiled.output_names[0]: out}
+        else:
+            outs = compiled.runtime.run(normalise_feeds(compiled.plan, feeds))
         result = [outs[compiled.output_names[i]] for i in range(len(self.output_names))]
         return namedtupledict("Outputs", self.output_names)(*result)
 

@@ -22,6 +22,19 @@ class UnsupportedOperatorError(PyforgeError):
         super().__init__(f"unsupported {where}" + (f": {detail}" if detail else ""))
 
 
+class DataDependentError(UnsupportedOperatorError):
+    """A node needs before the run what only the run gives: the values of run-time tensors
+    (``values``: a shape, pads, k... that sets an output shape), or, where ``values`` is empty,
+    its inputs, because its output shape depends on their data (NonZero, NonMaxSuppression).
+    ``compile`` answers it by running the model in stages (``pyforge/staged.py``); ``top`` is
+    the index of the model's node that raised it, set by the importer."""
+
+    def __init__(self, op: str, node: str, opset: int | None, detail: str, values=()):
+        self.values = tuple(values)
+        self.top: int | None = None
+        super().__init__(op, node, opset, detail)
+
+
 class BadAttributeError(PyforgeError):
     """An attribute or constant input has a value the op does not accept."""
 

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import ModelLoadError, ShapeError, UnsupportedOperatorError
+from ..errors import DataDependentError, ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops import OPS, infer_node
 from .checks import check_model, tensor_array
@@ -173,7 +173,11 @@ def import_onnx(
         imp.values[inp.name] = v
         imp.graph.inputs.append(v)
     for i, onode in nodes:
-        imp.node(onode, opset, onode.name or f"{onode.op_type}_{i}")
+        try:
+            imp.node(onode, opset, onode.name or f"{onode.op_type}_{i}")
+        except DataDependentError as e:
+            e.top = i  # where compile() cuts the model into stages
+            raise
     for out in g.output:
         v = imp.values.get(out.name)
         if v is None:

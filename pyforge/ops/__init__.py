@@ -3,7 +3,20 @@
 Every layer above reads this table (``OPS[name]``); none keeps its own set of op names.
 """
 
-from . import einsum, elementwise, gathernd, index, nn, norm, quant, reduce, resize, scatter, shape  # noqa: F401
+from . import (  # noqa: F401
+    dynamic,
+    einsum,
+    elementwise,
+    gathernd,
+    index,
+    nn,
+    norm,
+    quant,
+    reduce,
+    resize,
+    scatter,
+    shape,
+)
 from .registry import OPS, OpDef, infer_node
 
 __all__ = ["OPS", "OpDef", "infer_node"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import DataDependentError
 from ..ir import Node
 from .registry import fail, register, same_as_input
 
@@ -21,8 +22,10 @@ def _constant_of_shape_eval(node: Node, xs):
 
 def _const_operands(node: Node) -> list[np.ndarray]:
     """Its inputs' values: its output shape depends on them, so run-time ones are refused."""
-    if any(v is None or v.const is None for v in node.inputs):
-        fail(node, "a run-time input sets the output shape (data-dependent shapes are refused)")
+    late = [v.name for v in node.inputs if v is not None and v.const is None]
+    if late or any(v is None for v in node.inputs):
+        detail = "a run-time input sets the output shape"
+        raise DataDependentError(node.op, node.name, node.opset, detail, late)
     return [v.const for v in node.inputs]
 
 

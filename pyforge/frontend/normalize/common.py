@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...errors import DataDependentError
 from ...ir import Node
 from ...ops import OPS
-from ...ops.registry import bad_attr, fail, norm_axis
+from ...ops.registry import bad_attr, norm_axis
 
 Normalize = Callable[[Node], None]
 
@@ -44,7 +45,8 @@ def const_input(node: Node, index: int, what: str, required: bool = True) -> np.
             bad_attr(node, f"missing input {index} ({what})")
         return None
     if v.const is None:
-        fail(node, f"input {index} ({what}) must be a constant; data-dependent {what} is refused")
+        detail = f"input {index} ({what}) must be known before the run"
+        raise DataDependentError(node.op, node.name, node.opset, detail, [v.name])
     return v.const
 
 

@@ -1,0 +1,134 @@
+"""A model cut in two around a node that needs run-time data (``DataDependentError``).
+
+The first stage computes what the node needs, and every value of its own that the rest reads;
+between the stages the node runs on the host when its output shape depends on its data
+(NonZero, NonMaxSuppression...), and the tensors it needs as constants (a shape, pads, k) are
+read; the second stage is then an ordinary model with static shapes, built for each run's
+shapes and values, and cut again if it too needs run-time data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import DataDependentError
+from .checks import outer_names
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    return [n for n in [*node.input, *outer_names(node)] if n]
+
+
+@dataclass
+class Cut:
+    first: onnx.ModelProto | None  # None: the graph inputs already hold what the node needs
+    first_inputs: list[str]
+    first_outputs: list[str]
+    host: onnx.NodeProto | None  # run on the host between the stages
+    constants: list[str]  # tensors the second stage takes as constants of this run's values
+    rest_inputs: list[str]  # what the second stage reads from the run so far
+    outputs: list[str]  # the model's outputs, in order
+    _proto: onnx.ModelProto = field(repr=False)
+    _rest_nodes: list[onnx.NodeProto] = field(repr=False)
+
+    def rest(self, arrays: dict[str, np.ndarray]) -> onnx.ModelProto:
+        """The second stage for one run: ``constants`` as initializers holding their values,
+        the other inputs typed as this run's arrays."""
+        g = self._proto.graph
+        made = {o for n in self._rest_nodes for o in n.output}
+        inputs = [
+            helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(arrays[n].dtype), list(arrays[n].shape)
+            )
+            for n in self.rest_inputs
+        ]
+        inits = [
+            numpy_helper.from_array(np.asarray(arrays[n], order="C"), n) for n in self.constants
+        ]
+        used = {n for node in self._rest_nodes for n in _reads(node)}
+        inits += [t for t in g.initializer if t.name in used and t.name not in self.constants]
+        outs = [o for o in g.output if o.name in made]
+        graph = helper.make_graph(self._rest_nodes, g.name or "rest", inputs, outs, inits)
+        return _model(self._proto, graph)
+
+
+def _model(like: onnx.ModelProto, graph: onnx.GraphProto) -> onnx.ModelProto:
+    m = helper.make_model(graph, opset_imports=list(like.opset_import))
+    m.ir_version = like.ir_version
+    m.functions.extend(like.functions)
+    return m
+
+
+def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
+    """Cut ``proto`` at the node ``err`` names (its index ``err.top``); ``err`` again when the
+    values it needs are not tensors of the model's own graph (made inside a function body)."""
+    g = proto.graph
+    node = g.node[err.top]
+    host = None if err.values else node
+    needs = list(err.values) or [n for n in node.input if n]
+    made_by = {o: i for i, n in enumerate(g.node) for o in n.output if o}
+    inits = {t.name for t in g.initializer}
+    graph_inputs = [i.name for i in g.input if i.name not in inits]
+    if any(n not in made_by and n not in graph_inputs and n not in inits for n in needs):
+        raise err
+    cone: set[int] = set()
+    todo = [made_by[n] for n in needs if n in made_by]
+    while todo:
+        i = todo.pop()
+        if i not in cone:
+            cone.add(i)
+            todo += [made_by[n] for n in _reads(g.node[i]) if n in made_by]
+    first_nodes = [n for i, n in enumerate(g.node) if i in cone]
+    rest_nodes = [n for i, n in enumerate(g.node) if i not in cone and n is not host]
+    early = {o for n in first_nodes for o in n.output if o}
+    read = [r for n in rest_nodes for r in _reads(n)] + [o.name for o in g.output]
+    read += list(host.input) if host is not None else []
+    first_outputs = list(
+        dict.fromkeys([n for n in needs if n in early] + [r for r in read if r in early])
+    )
+    first_reads = {r for n in first_nodes for r in _reads(n)}
+    first_inputs = [n for n in graph_inputs if n in first_reads]
+    constants = [n for n in needs if host is None and n not in inits]
+    later = set(host.output) if host is not None else set()
+    rest_inputs = list(
+        dict.fromkeys(
+            r
+            for r in read
+            if (r in early or r in graph_inputs or r in later) and r not in constants
+        )
+    )
+    first = None
+    if first_nodes:
+        ins = [i for i in g.input if i.name in first_inputs]
+        outs = [onnx.ValueInfoProto(name=n) for n in first_outputs]
+        used_inits = [t for t in g.initializer if t.name in first_reads]
+        first = _model(proto, helper.make_graph(first_nodes, "first", ins, outs, used_inits))
+    return Cut(
+        first,
+        first_inputs,
+        first_outputs,
+        host,
+        constants,
+        rest_inputs,
+        [o.name for o in g.output],
+        proto,
+        rest_nodes,
+    )
+
+
+def host_eval(like: onnx.ModelProto, node: onnx.NodeProto, arrays: dict[str, np.ndarray]):
+    """Run one node on the host: imported with its inputs as constants, so it folds."""
+    from .importer import import_onnx
+
+    names = [n for n in dict.fromkeys(node.input) if n]
+    inits = [
+        numpy_helper.from_array(np.asarray(arrays[n], order="C"), n) for n in names if n in arrays
+    ]
+    inits += [t for t in like.graph.initializer if t.name in names and t.name not in arrays]
+    outs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    graph = import_onnx(_model(like, helper.make_graph([node], "host", [], outs, inits)))
+    return {v.name: v.const for v in graph.outputs}

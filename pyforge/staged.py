@@ -1,0 +1,127 @@
+"""A model that runs in stages, because a node needs what only the run gives.
+
+``compile`` builds one when the importer raises ``DataDependentError``: a shape, pads or k
+computed at run time, or an op whose output shape depends on its data (NonZero,
+NonMaxSuppression, Unique, Compress). The first stage is compiled at once; the host then runs
+the data-dependent node (numpy) or reads the values the next stage takes as constants, and the
+second stage is compiled for each new combination of shapes and values (kept, at most
+``max_plans``, least recently used evicted) and may itself be staged. Each stage is an ordinary
+plan; what crosses between them goes through host memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from . import errors
+
+
+def _host(a: Any) -> np.ndarray:
+    return a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+
+
+class StagedModel:
+    """``predict`` as a CompiledModel's; ``stats["stages"]`` says where the model was cut."""
+
+    def __init__(self, proto, err: errors.DataDependentError, target, options, runtime, specs):
+        from . import compile as compile_model
+        from .frontend.stages import cut
+
+        self._cut = cut(proto, err)
+        self._proto, self._compile = proto, compile_model
+        self.target, self._options, self._runtime = target, options, runtime
+        self._specs = specs
+        self._why = str(err)
+        self._names = [s.name for s in specs]
+        first = None
+        if self._cut.first is not None:
+            shapes = {
+                k: v for k, v in (options.input_shapes or {}).items() if k in self._cut.first_inputs
+            }
+            first = compile_model(
+                self._cut.first, target, replace(options, input_shapes=shapes), runtime=runtime
+            )
+        self._first = first
+        self._rest: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def inputs(self):
+        from . import TensorSpec
+
+        return [TensorSpec(s.name, s.dims, s.dtype) for s in self._specs]
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._cut.outputs)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        c = self._cut
+        return {
+            "target": self.target,
+            "stages": {
+                "cut at": self._why,
+                "host op": c.host.op_type if c.host is not None else None,
+                "constants": list(c.constants),
+                "first": None if self._first is None else self._first.stats,
+                "rest plans held": len(self._rest),
+            },
+        }
+
+    def __repr__(self) -> str:
+        return f"StagedModel(target={self.target!r}, inputs={self.inputs}, outputs={self.output_names})"
+
+    def save(self, directory: Any) -> None:
+        raise errors.UnsupportedOperatorError(
+            "(staged model)",
+            "-",
+            None,
+            f"a model run in stages has no single plan to save ({self._why})",
+        )
+
+    def predict(self, x: Any) -> Any:
+        c = self._cut
+        feeds = dict(x) if isinstance(x, dict) else {self._names[0]: x}
+        if len(feeds) != len(self._names) or any(n not in feeds for n in self._names):
+            raise errors.InputError(f"predict takes inputs {self._names}; got {sorted(feeds)}")
+        env = dict(feeds)
+        if self._first is not None:
+            out = self._first.predict({n: feeds[n] for n in c.first_inputs})
+            env.update(out if isinstance(out, dict) else {c.first_outputs[0]: out})
+        if c.host is not None:
+            from .frontend.stages import host_eval
+
+            env.update(
+                host_eval(self._proto, c.host, {n: _host(env[n]) for n in c.host.input if n in env})
+            )
+        arrays = {n: _host(env[n]) for n in [*c.rest_inputs, *c.constants]}
+        key = tuple((n, a.shape, a.dtype.str) for n, a in arrays.items())
+        key += tuple(arrays[n].tobytes() for n in c.constants)
+        with self._lock:
+            rest = self._rest.get(key)
+            if rest is None:
+                opts = replace(self._options, input_shapes={})
+                rest = self._rest[key] = self._compile(
+                    c.rest(arrays), self.target, opts, runtime=self._runtime
+                )
+                while len(self._rest) > self._options.max_plans:
+                    self._rest.popitem(last=False)
+            self._rest.move_to_end(key)
+        out = (
+            rest.predict({n: env[n] for n in c.rest_inputs})
+            if rest.input_names
+            else rest.predict({})
+        )
+        env.update(out if isinstance(out, dict) else {rest.output_names[0]: out})
+        result = {n: env[n] for n in c.outputs}
+        return result[c.outputs[0]] if len(result) == 1 else result

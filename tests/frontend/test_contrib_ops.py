@@ -350,71 +350,78 @@ def test_multi_head_attention_refusals():
 
 
 KV = 2  # key/value heads of GroupQueryAttention
+GQA_OUTS = (("y", F), ("present_k", F), ("present_v", F))
 
 
-def _gqa_inputs(packed=False, lengths=(S, S), rotary=None, past=0):
-    h = 2 * HD if rotary is not None else HD  # ORT's rotary wants a multiple of 16
+def _gqa_inputs(packed=False, lengths=None, rotary=False, past=0, seq=S, kv=KV, B=B):
+    """GroupQueryAttention's inputs; ``lengths``: each row's total valid length (seqlens_k + 1)."""
+    h = 2 * HD if rotary else HD  # ORT's rotary wants a multiple of 16
     if packed:
-        qkv = [("q", rand(B, S, (N + 2 * KV) * h)), None, None]
+        qkv = [("q", rand(B, seq, (N + 2 * kv) * h)), None, None]
     else:
-        qkv = [("q", rand(B, S, N * h)), ("k", rand(B, S, KV * h)), ("v", rand(B, S, KV * h))]
-    pasts = [("pk", rand(B, KV, past, h)), ("pv", rand(B, KV, past, h))] if past else [None, None]
-    seqlens = np.asarray(lengths, I32) - 1
-    inputs = qkv + pasts + [("seqlens", seqlens), ("ctotal", np.asarray(S + past, I32))]
-    if rotary is not None:
-        cos, sin = _caches(16, h // 2)
-        inputs += [("ccos", cos), ("csin", sin)]
+        qkv = [("q", rand(B, seq, N * h)), ("k", rand(B, seq, kv * h)), ("v", rand(B, seq, kv * h))]
+    pasts = [("pk", rand(B, kv, past, h)), ("pv", rand(B, kv, past, h))] if past else [None] * 2
+    seqlens = np.asarray(lengths or (past + seq,) * B, I32) - 1
+    inputs = qkv + pasts + [("seqlens", seqlens), ("ctotal", np.asarray(seq + past, I32))]
+    if rotary:
+        inputs += [("ccos", _caches(16, h // 2)[0]), ("csin", _caches(16, h // 2)[1])]
     return inputs
 
 
 GQA_CASES = {
     "plain": dict(),
     "packed": dict(packed=True),
-    "rotary": dict(rotary=0, attrs=dict(do_rotary=1)),
-    "rotary_interleaved": dict(rotary=1, attrs=dict(do_rotary=1, rotary_interleaved=1)),
+    "rotary": dict(rotary=True, attrs=dict(do_rotary=1)),
+    "rotary_interleaved": dict(rotary=True, attrs=dict(do_rotary=1, rotary_interleaved=1)),
     "softcap_scale": dict(attrs=dict(softcap=2.0, scale=0.5)),
+    "not_causal": dict(attrs=dict(causal=0)),
     "ragged_prompt": dict(lengths=(S, S - 2)),
     "equal_heads": dict(kv=N),
+    "decode": dict(past=4, seq=1),
+    "decode_ragged_rotary": dict(
+        past=4, seq=1, lengths=(5, 3), rotary=True, attrs=dict(do_rotary=1)
+    ),
+    # ORT takes several new tokens after a past only in a batch of one
+    "chunk_after_past": dict(past=3, seq=3, lengths=(5,), packed=True, B=1),
 }
 
 
 @pytest.mark.parametrize("case", sorted(GQA_CASES))
-def test_group_query_attention_prompt(case):
-    global KV
-    c = GQA_CASES[case]
-    kv, KV = KV, c.get("kv", KV)
-    try:
-        inputs = _gqa_inputs(c.get("packed", False), c.get("lengths", (S, S)), c.get("rotary"))
-    finally:
-        kv, KV = KV, kv
-    attrs = dict(num_heads=N, kv_num_heads=kv, **c.get("attrs", {}))
-    outs = (("y", F), ("present_k", F), ("present_v", F))
-    model, feeds = contrib("GroupQueryAttention", inputs, outs, **attrs)
-    if "lengths" in c:  # the padded rows past a sequence's end are left open; compare the rest
-        import pyforge
-        from tests.helpers import run_ort
-
-        got = pyforge.compile(model, target="cpu").predict(feeds)
-        want = run_ort(model, feeds)
-        for k, (name, _) in enumerate(outs):
-            g, w = got[name], want[k]
-            if k == 0:
-                g, w = g[1, : c["lengths"][1]], w[1, : c["lengths"][1]]
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+def test_group_query_attention(case):
+    c = dict(GQA_CASES[case])
+    attrs = dict(num_heads=N, kv_num_heads=c.get("kv", KV), **c.pop("attrs", {}))
+    model, feeds = contrib("GroupQueryAttention", _gqa_inputs(**c), GQA_OUTS, **attrs)
+    if "lengths" not in c:
+        check(model, feeds)
         return
-    check(model, feeds)
+    # rows past a sequence's length are left unspecified by ORT: compare the others
+    import pyforge
+    from tests.helpers import run_ort
+
+    got = pyforge.compile(model, target="cpu").predict(feeds)
+    past = c.get("past", 0)
+    for k, want in enumerate(run_ort(model, feeds)):
+        name = GQA_OUTS[k][0]
+        for row, length in enumerate(c["lengths"]):
+            g, w = got[name][row], want[row]
+            if k and past:  # present: the cache rows up to the length
+                g, w = g[:, :length], w[:, :length]
+            elif not k and not past:  # a prompt's query rows up to the length
+                g, w = g[:length], w[:length]
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{name}[{row}]")
 
 
 @pytest.mark.parametrize(
-    "attrs,past,match",
-    [({}, 3, "cached tokens"), (dict(local_window_size=2), 0, "local_window_size")],
+    "attrs,extra,match",
+    [
+        ({}, [None] * 2 + [("pos", np.zeros((B, S), np.int64))], "position_ids"),
+        (dict(local_window_size=2), [], "local_window_size"),
+    ],
 )
-def test_group_query_attention_refusals(attrs, past, match):
-    inputs = _gqa_inputs(past=past)
-    outs = (("y", F), ("present_k", F), ("present_v", F))
-    refused(
-        *contrib("GroupQueryAttention", inputs, outs, num_heads=N, kv_num_heads=KV, **attrs), match
-    )
+def test_group_query_attention_refusals(attrs, extra, match):
+    inputs = _gqa_inputs() + extra
+    model = contrib("GroupQueryAttention", inputs, GQA_OUTS, num_heads=N, kv_num_heads=KV, **attrs)
+    refused(*model, match)
 
 
 # ---- fusion: the expansions fuse as the plain ops they stand for ------------------------------

@@ -4,6 +4,7 @@ MatMul / Softmax / Transpose; masks become one additive bias, as ORT's CPU kerne
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from ..expand import Builder, expands
 from .contrib import MS, i64, rope
@@ -161,12 +162,39 @@ def _multi_head_attention(b: Builder) -> None:
     attend(b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0), k_t=k_t)
 
 
+def _place(b: Builder, past, new: str, start: str, total: int, out: str) -> str:
+    """present (B, Nkv, total, h): the past's rows, and from row start[b] on the S new ones."""
+    bsz, nkv, seq, h = b.value(new).shape
+    have = 0 if past is None else b.value(past).shape[2]
+    pad = b.const(np.zeros((bsz, nkv, total - have, h), b.value(new).dtype))
+    base = pad if past is None else past if have == total else b.op("Concat", [past, pad], axis=2)
+    rel = b.op("Sub", [b.const(np.arange(total, dtype=np.int32).reshape(1, 1, -1, 1)), start])
+    inside = b.op(
+        "And",
+        [
+            b.op("GreaterOrEqual", [rel, b.const(np.int32(0))]),
+            b.op("Less", [rel, b.const(np.int32(seq))]),
+        ],
+    )
+    idx = b.op("Clip", [rel, b.const(np.int32(0)), b.const(np.int32(seq - 1))])
+    got = b.op(
+        "GatherElements", [new, b.op("Expand", [idx, b.const(i64(bsz, nkv, total, h))])], axis=2
+    )
+    return b.op("Where", [inside, got, base], outputs=[out] if out else None)
+
+
 @expands("GroupQueryAttention", domain=MS)
 def _group_query_attention(b: Builder) -> None:
     _refuse(
         b,
         ("smooth_softmax", "qk_output", "sliding_window_cache"),
-        [(11, "head_sink"), (12, "k_scale"), (13, "v_scale"), (14, "q_norm_weight")],
+        [
+            (9, "position_ids"),
+            (11, "head_sink"),
+            (12, "k_scale"),
+            (13, "v_scale"),
+            (14, "q_norm_weight"),
+        ],
         [(3, "output_qk")],
     )
     if b.attrs.get("local_window_size", -1) != -1:
@@ -177,42 +205,70 @@ def _group_query_attention(b: Builder) -> None:
     if k is None:  # packed QKV (B, S, (N + 2 Nkv) h)
         h = width // (n + 2 * nkv)
         q, k, v = b.op("Split", [q, b.const(i64(n * h, nkv * h, nkv * h))], n_outputs=3, axis=-1)
-    for i in (3, 4):
-        if b.input(i) is not None and b.value(b.input(i)).shape[2] > 0:
-            b.fail(f"input {i} (past key/value) holds cached tokens: only the prompt form runs")
+    past_k, past_v = b.input(3), b.input(4)
+    have = 0 if past_k is None else b.value(past_k).shape[2]
+    given = b.value(b.input(6)).const  # total_sequence_length; a run-time one is taken as P + S
+    total = max(have, int(given)) if given is not None else have + seq
+    prompt = seq == (int(given) if given is not None else have + seq)
+    # the new tokens' first position per row: 0 for a prompt, else seqlens_k + 1 - S
+    lens = b.op("Add", [b.input(5), b.const(np.int32(1))])
+    start = b.const(np.zeros((bsz, 1, 1, 1), np.int32))
+    if not prompt:
+        start = b.op(
+            "Reshape", [b.op("Sub", [lens, b.const(np.int32(seq))]), b.const(i64(-1, 1, 1, 1))]
+        )
     q, k, v = heads(b, q, n), heads(b, k, nkv), heads(b, v, nkv)
     if b.attrs.get("do_rotary", 0):
-        pos = b.const(np.arange(seq, dtype=np.int64))
+        pos = np.arange(seq, dtype=np.int64)
+        pos = (
+            b.const(pos)
+            if prompt
+            else b.op(
+                "Add",
+                [
+                    b.op(
+                        "Cast",
+                        [b.op("Reshape", [start, b.const(i64(-1, 1))])],
+                        to=TensorProto.INT64,
+                    ),
+                    b.const(pos),
+                ],
+            )
+        )
         caches, inter = (b.input(7), b.input(8)), b.attrs.get("rotary_interleaved", 0)
         q, k = rope(b, q, pos, caches, inter, 1), rope(b, k, pos, caches, inter, 1)
-    for t, out in ((k, b.output(1)), (v, b.output(2))):
-        if out:
-            b.op("Identity", [t], outputs=[out])
+    if have == 0 and total == seq:
+        k, v = (
+            b.op("Identity", [t], outputs=[o] if o else None)
+            for t, o in ((k, b.output(1)), (v, b.output(2)))
+        )
+    else:
+        k, v = (
+            _place(b, past_k, k, start, total, b.output(1)),
+            _place(b, past_v, v, start, total, b.output(2)),
+        )
     if n != nkv:  # each K/V head serves N / Nkv query heads
-        dims = i64(bsz, nkv, n // nkv, seq, b.value(k).shape[-1])
+        dims = i64(bsz, nkv, n // nkv, total, b.value(k).shape[-1])
         k, v = (
             b.op(
                 "Reshape",
                 [
                     b.op("Expand", [b.op("Unsqueeze", [t, b.const(i64(2))]), b.const(dims)]),
-                    b.const(i64(bsz, n, seq, -1)),
+                    b.const(i64(bsz, n, total, -1)),
                 ],
             )
             for t in (k, v)
         )
-    # keys past a row's length (seqlens_k + 1) and future keys are masked out
-    lens = b.op(
-        "Reshape",
-        [b.op("Add", [b.input(5), b.const(np.ones((), np.int32))]), b.const(i64(-1, 1, 1, 1))],
-    )
-    keep = b.op("Less", [b.const(np.arange(seq, dtype=np.int32)), lens])
+    # key j is seen by query i when j < seqlens_k + 1 and (causal) j <= start + i
+    cols = b.const(np.arange(total, dtype=np.int32))
+    keep = b.op("Less", [cols, b.op("Reshape", [lens, b.const(i64(-1, 1, 1, 1))])])
     if b.attrs.get("causal", 1):
-        keep = b.op("And", [keep, b.const(np.tril(np.ones((seq, seq), bool)))])
+        last = b.op("Add", [start, b.const(np.arange(1, seq + 1, dtype=np.int32).reshape(-1, 1))])
+        keep = b.op("And", [keep, b.op("Less", [cols, last])])
     dtype = b.value(q).dtype
     zero, fill = b.const(np.asarray(0.0, dtype)), b.const(np.asarray(np.finfo(dtype).min, dtype))
     bias = b.op("Where", [keep, zero, fill])
     if b.input(10) is not None:
         bias = b.op("Add", [bias, b.input(10)])
-    attend(
-        b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0), b.attrs.get("softcap", 0.0)
-    )
+    cap = b.attrs.get("softcap", 0.0)
+    attend(b, q, k, v, _scale(b, b.value(q).shape[-1]), bias, b.output(0), cap)

@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     quant,
     reduce,
     resize,
+    sample,
     scatter,
     shape,
 )

@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     quant,
     reduce,
     resize,
+    sample,
     scatter,
     softmax,
     window,

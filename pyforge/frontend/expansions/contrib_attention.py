@@ -4,12 +4,9 @@ MatMul / Softmax / Transpose; masks become one additive bias, as ORT's CPU kerne
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
 
 from ..expand import Builder, expands
 from .contrib import MS, i64, rope
-
-_F32 = np.dtype(np.float32)
 
 
 def heads(b: Builder, x: str, n: int, keys_t: bool = False) -> str:
@@ -169,34 +166,28 @@ def _place(b: Builder, past, new: str, start: str, total: int, out: str) -> str:
     pad = b.const(np.zeros((bsz, nkv, total - have, h), b.value(new).dtype))
     base = pad if past is None else past if have == total else b.op("Concat", [past, pad], axis=2)
     rel = b.op("Sub", [b.const(np.arange(total, dtype=np.int32).reshape(1, 1, -1, 1)), start])
-    inside = b.op(
-        "And",
-        [
-            b.op("GreaterOrEqual", [rel, b.const(np.int32(0))]),
-            b.op("Less", [rel, b.const(np.int32(seq))]),
-        ],
-    )
     idx = b.op("Clip", [rel, b.const(np.int32(0)), b.const(np.int32(seq - 1))])
-    got = b.op(
-        "GatherElements", [new, b.op("Expand", [idx, b.const(i64(bsz, nkv, total, h))])], axis=2
-    )
+    inside = b.op("Equal", [idx, rel])
+    idx = b.op("Expand", [idx, b.const(i64(bsz, nkv, total, h))])
+    got = b.op("GatherElements", [new, idx], axis=2)
     return b.op("Where", [inside, got, base], outputs=[out] if out else None)
+
+
+def _repeat_heads(b: Builder, t: str, groups: int) -> str:
+    """(B, Nkv, T, h) -> (B, Nkv * groups, T, h), each head repeated ``groups`` times."""
+    bsz, nkv, total, h = b.value(t).shape
+    t = b.op(
+        "Expand",
+        [b.op("Unsqueeze", [t, b.const(i64(2))]), b.const(i64(bsz, nkv, groups, total, h))],
+    )
+    return b.op("Reshape", [t, b.const(i64(bsz, nkv * groups, total, h))])
 
 
 @expands("GroupQueryAttention", domain=MS)
 def _group_query_attention(b: Builder) -> None:
-    _refuse(
-        b,
-        ("smooth_softmax", "qk_output", "sliding_window_cache"),
-        [
-            (9, "position_ids"),
-            (11, "head_sink"),
-            (12, "k_scale"),
-            (13, "v_scale"),
-            (14, "q_norm_weight"),
-        ],
-        [(3, "output_qk")],
-    )
+    unsupported = [(9, "position_ids"), (11, "head_sink"), (12, "k_scale"), (13, "v_scale")]
+    unsupported += [(14, "q_norm_weight"), (15, "k_norm_weight")]
+    _refuse(b, ("smooth_softmax", "qk_output", "sliding_window_cache"), unsupported, [(3, "qk")])
     if b.attrs.get("local_window_size", -1) != -1:
         b.fail(f"attribute local_window_size={b.attrs['local_window_size']} is not supported")
     n, nkv = b.attrs["num_heads"], b.attrs["kv_num_heads"]
@@ -207,6 +198,8 @@ def _group_query_attention(b: Builder) -> None:
         q, k, v = b.op("Split", [q, b.const(i64(n * h, nkv * h, nkv * h))], n_outputs=3, axis=-1)
     past_k, past_v = b.input(3), b.input(4)
     have = 0 if past_k is None else b.value(past_k).shape[2]
+    if past_k is not None and b.value(past_k).dtype != b.value(q).dtype:
+        b.fail(f"input 3 (past_key) of type {b.value(past_k).dtype}: a quantized cache")
     given = b.value(b.input(6)).const  # total_sequence_length; a run-time one is taken as P + S
     total = max(have, int(given)) if given is not None else have + seq
     prompt = seq == (int(given) if given is not None else have + seq)
@@ -214,51 +207,22 @@ def _group_query_attention(b: Builder) -> None:
     lens = b.op("Add", [b.input(5), b.const(np.int32(1))])
     start = b.const(np.zeros((bsz, 1, 1, 1), np.int32))
     if not prompt:
-        start = b.op(
-            "Reshape", [b.op("Sub", [lens, b.const(np.int32(seq))]), b.const(i64(-1, 1, 1, 1))]
-        )
+        first = b.op("Sub", [lens, b.const(np.int32(seq))])
+        start = b.op("Reshape", [first, b.const(i64(-1, 1, 1, 1))])
     q, k, v = heads(b, q, n), heads(b, k, nkv), heads(b, v, nkv)
     if b.attrs.get("do_rotary", 0):
-        pos = np.arange(seq, dtype=np.int64)
-        pos = (
-            b.const(pos)
-            if prompt
-            else b.op(
-                "Add",
-                [
-                    b.op(
-                        "Cast",
-                        [b.op("Reshape", [start, b.const(i64(-1, 1))])],
-                        to=TensorProto.INT64,
-                    ),
-                    b.const(pos),
-                ],
-            )
-        )
+        pos = b.const(np.arange(seq, dtype=np.int32))
+        if not prompt:
+            pos = b.op("Add", [b.op("Reshape", [start, b.const(i64(-1, 1))]), pos])
         caches, inter = (b.input(7), b.input(8)), b.attrs.get("rotary_interleaved", 0)
         q, k = rope(b, q, pos, caches, inter, 1), rope(b, k, pos, caches, inter, 1)
+    outs = (b.output(1), b.output(2))
     if have == 0 and total == seq:
-        k, v = (
-            b.op("Identity", [t], outputs=[o] if o else None)
-            for t, o in ((k, b.output(1)), (v, b.output(2)))
-        )
+        k, v = (b.op("Identity", [t], outputs=[o] if o else None) for t, o in zip((k, v), outs))
     else:
-        k, v = (
-            _place(b, past_k, k, start, total, b.output(1)),
-            _place(b, past_v, v, start, total, b.output(2)),
-        )
+        k, v = (_place(b, p, t, start, total, o) for p, t, o in zip((past_k, past_v), (k, v), outs))
     if n != nkv:  # each K/V head serves N / Nkv query heads
-        dims = i64(bsz, nkv, n // nkv, total, b.value(k).shape[-1])
-        k, v = (
-            b.op(
-                "Reshape",
-                [
-                    b.op("Expand", [b.op("Unsqueeze", [t, b.const(i64(2))]), b.const(dims)]),
-                    b.const(i64(bsz, n, total, -1)),
-                ],
-            )
-            for t in (k, v)
-        )
+        k, v = _repeat_heads(b, k, n // nkv), _repeat_heads(b, v, n // nkv)
     # key j is seen by query i when j < seqlens_k + 1 and (causal) j <= start + i
     cols = b.const(np.arange(total, dtype=np.int32))
     keep = b.op("Less", [cols, b.op("Reshape", [lens, b.const(i64(-1, 1, 1, 1))])])

@@ -64,8 +64,10 @@ def test_explain_text_and_html(tmp_path, capsys):
 
 
 def _unsupported_model(path):
-    node = helper.make_node("NonZero", ["x"], ["y"], name="weird")  # data-dependent output shape
-    onnx.save(make_model([node], [("x", np.float32, [2, 2])], [("y", np.int64, [2, 4])]), path)
+    node = helper.make_node("DFT", ["x"], ["y"], name="weird")  # no kernel, no expansion
+    onnx.save(
+        make_model([node], [("x", np.float32, [1, 4, 1])], [("y", np.float32, [1, 4, 2])]), path
+    )
 
 
 @pytest.mark.parametrize("case", ["missing", "unsupported", "not_onnx"])
@@ -87,7 +89,7 @@ def test_errors_are_one_line_with_exit_code_1(tmp_path, case):
     assert len(errors) == 1 and errors[0].startswith("pyforge compile: error:"), r.stderr
     assert r.stderr.rstrip().endswith(errors[0]) and "Traceback" not in r.stderr
     if case == "unsupported":
-        assert "NonZero" in errors[0] and "weird" in errors[0]
+        assert "DFT" in errors[0] and "weird" in errors[0]
 
 
 def test_usage_errors_exit_2(capsys):

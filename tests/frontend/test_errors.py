@@ -5,21 +5,21 @@ import pytest
 from onnx import helper
 
 import pyforge
-from pyforge.errors import InputError, ModelLoadError, UnsupportedOperatorError
+from pyforge.errors import InputError, ModelLoadError, ShapeError, UnsupportedOperatorError
 from pyforge.models import mlp
 from tests.helpers import make_model
 
 
 def test_unsupported_op_names_op_node_and_opset():
     model = make_model(
-        [helper.make_node("NonMaxSuppression", ["x", "s"], ["y"], name="nms0")],
-        [("x", np.float32, [1, 4, 4]), ("s", np.float32, [1, 1, 4])],
-        [("y", np.int64, [4, 3])],
+        [helper.make_node("DFT", ["x"], ["y"], name="dft0")],
+        [("x", np.float32, [1, 4, 1])],
+        [("y", np.float32, [1, 4, 2])],
     )
     with pytest.raises(UnsupportedOperatorError) as e:
         pyforge.compile(model, target="cpu")
     msg = str(e.value)
-    assert "NonMaxSuppression" in msg and "nms0" in msg and "opset 17" in msg
+    assert "DFT" in msg and "dft0" in msg and "opset 17" in msg
 
 
 def test_custom_domain_is_refused_at_compile_time():
@@ -69,11 +69,15 @@ def test_not_onnx_file(tmp_path):
         pyforge.compile(str(path), target="cpu")
 
 
-def test_data_dependent_reshape_is_refused():
+def test_run_time_reshape_target_is_staged_and_checked():
     model = make_model(
         [helper.make_node("Reshape", ["x", "s"], ["y"], name="r0")],
         [("x", np.float32, [2, 3]), ("s", np.int64, [2])],
         [("y", np.float32, [3, 2])],
     )
-    with pytest.raises(UnsupportedOperatorError, match="r0.*must be a constant"):
-        pyforge.compile(model, target="cpu")
+    m = pyforge.compile(model, target="cpu")  # the shape is read from each run's "s"
+    x = np.arange(6, dtype=np.float32) + 0.5
+    got = m.predict({"x": x.reshape(2, 3), "s": np.int64([3, 2])})
+    np.testing.assert_array_equal(got, x.reshape(3, 2))
+    with pytest.raises(ShapeError, match="r0"):  # 6 elements cannot be 4 x 2
+        m.predict({"x": x.reshape(2, 3), "s": np.int64([4, 2])})

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from pyforge.errors import UnsupportedOperatorError
+from pyforge.errors import BadAttributeError, UnsupportedOperatorError
 from tests.helpers import check_against_ort, make_model
 
 MS = "com.microsoft"
@@ -491,3 +491,15 @@ def test_bert_layer_fuses_like_plain_ops():
     )
     assert fused.stats["launches"] == plain.stats["launches"]
     assert fused.stats["ops_out"] == plain.stats["ops_out"]
+
+
+def test_missing_or_bad_attributes_name_the_node():
+    import pyforge
+
+    attention = contrib("Attention", [("x", rand(B, S, 12)), ("cw", rand(12, 3 * H))])
+    qs = _quantized(8, 32, 16, 4, None)
+    nbits = contrib("MatMulNBits", [("a", rand(2, 32)), *qs], K=32, N=16, bits=4, block_size=16)
+    for (model, feeds), match in ((attention, "num_heads"), (nbits, "N=16")):
+        with pytest.raises(BadAttributeError, match=match) as info:
+            pyforge.compile(model, target="cpu").predict(feeds)
+        assert "n0" in str(info.value)

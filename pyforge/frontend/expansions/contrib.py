@@ -16,6 +16,15 @@ def i64(*values) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
+def required(b: Builder, *names: str) -> list[int]:
+    """Positive int attributes the op cannot do without, or a BadAttributeError naming them."""
+    values = [b.attrs.get(name) for name in names]
+    for name, value in zip(names, values):
+        if not isinstance(value, int) or value <= 0:
+            b.bad(f"attribute {name!r} must be a positive int, got {value!r}")
+    return values
+
+
 def scalar(b: Builder, value: float, like: str) -> str:
     return b.const(np.asarray(value, dtype=b.value(like).dtype))
 
@@ -173,8 +182,8 @@ def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
 
 @expands("MatMulNBits", domain=MS)
 def _matmul_nbits(b: Builder) -> None:
-    k, n, bits, block = (b.attrs.get(a) for a in ("K", "N", "bits", "block_size"))
-    bits = bits or 4
+    k, n, block = required(b, "K", "N", "block_size")
+    bits = b.attrs.get("bits", 4)
     if bits not in (2, 4, 8):
         b.fail(f"bits={bits}: only 2, 4 and 8 are supported")
     if b.input(4) is not None:
@@ -185,6 +194,8 @@ def _matmul_nbits(b: Builder) -> None:
             b.fail(f"input {i} ({name}) is not a constant: only constant weights are dequantized")
     q, scales, zp = arrays
     blocks = -(-k // block)
+    if q.size != n * blocks * block * bits // 8 or scales.size != n * blocks:
+        b.bad(f"B {q.shape} / scales {scales.shape} do not hold N={n} x {blocks} blocks of {block}")
     q = _unpack(q.reshape(n, blocks, -1), bits).astype(np.float32)  # (N, blocks, block)
     if zp is None:
         zp = np.full((n, blocks), 2 ** (bits - 1), np.float32)

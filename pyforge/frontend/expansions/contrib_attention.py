@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..expand import Builder, expands
-from .contrib import MS, i64, rope
+from .contrib import MS, i64, required, rope
 
 
 def heads(b: Builder, x: str, n: int, keys_t: bool = False) -> str:
@@ -91,7 +91,8 @@ def _scale(b: Builder, head: int) -> float:
 @expands("Attention", domain=MS)
 def _attention(b: Builder) -> None:
     _refuse(b, ("do_rotary", "past_present_share_buffer"), [(6, "past_sequence_length")])
-    x, w, n = b.input(0), b.input(1), b.attrs["num_heads"]
+    (n,) = required(b, "num_heads")
+    x, w = b.input(0), b.input(1)
     bsz, seq, _ = b.value(x).shape
     width = b.value(w).shape[1]
     sizes = list(b.attrs.get("qkv_hidden_sizes", None) or [width // 3] * 3)
@@ -132,7 +133,8 @@ def _attention(b: Builder) -> None:
 @expands("MultiHeadAttention", domain=MS)
 def _multi_head_attention(b: Builder) -> None:
     _refuse(b, (), [(8, "past_sequence_length"), (9, "cache_indirection")], [(3, "qk")])
-    q, k, v, n = b.input(0), b.input(1), b.input(2), b.attrs["num_heads"]
+    (n,) = required(b, "num_heads")
+    q, k, v = b.input(0), b.input(1), b.input(2)
     qs = b.value(q).shape
     bsz, seq = qs[:2]
     if len(qs) == 5 or k is None or len(b.value(k).shape) == 5:
@@ -190,7 +192,7 @@ def _group_query_attention(b: Builder) -> None:
     _refuse(b, ("smooth_softmax", "qk_output", "sliding_window_cache"), unsupported, [(3, "qk")])
     if b.attrs.get("local_window_size", -1) != -1:
         b.fail(f"attribute local_window_size={b.attrs['local_window_size']} is not supported")
-    n, nkv = b.attrs["num_heads"], b.attrs["kv_num_heads"]
+    n, nkv = required(b, "num_heads", "kv_num_heads")
     q, k, v = b.input(0), b.input(1), b.input(2)
     bsz, seq, width = b.value(q).shape
     if k is None:  # packed QKV (B, S, (N + 2 Nkv) h)

@@ -107,7 +107,7 @@ def _attention(b: Builder) -> None:
         qkv = b.op("MatMul", [x, w])
         qkv = qkv if wb is None else b.op("Add", [qkv, wb])
         parts = b.op("Split", [qkv, b.const(i64(*sizes))], n_outputs=3, axis=-1)
-    past, present = b.input(4), b.output(1)
+    past, present = b.input(4), b.output(1) if b.used(1) else ""
     k_t = past is None and not present
     q, k, v = heads(b, parts[0], n), heads(b, parts[1], n, k_t), heads(b, parts[2], n)
     npast = 0
@@ -147,12 +147,13 @@ def _multi_head_attention(b: Builder) -> None:
         bq, bk, bv = b.op("Split", [b.input(3), b.const(i64(hq, hk, hv))], n_outputs=3)
         q, k, v = b.op("Add", [q, bq]), b.op("Add", [k, bk]), b.op("Add", [v, bv])
     pk, pv = b.input(6), b.input(7)
-    k_t = len(ks) == 3 and pk is None and not b.output(1)
+    k_t = len(ks) == 3 and pk is None and not b.used(1)
     q = heads(b, q, n)
     if len(ks) == 3:  # else BNSH already
         k, v = heads(b, k, n, k_t), heads(b, v, n)
     npast = 0 if pk is None else b.value(pk).shape[2]
-    k, v = _with_past(b, pk, k, b.output(1)), _with_past(b, pv, v, b.output(2))
+    outs = [b.output(i) if b.used(i) else "" for i in (1, 2)]
+    k, v = _with_past(b, pk, k, outs[0]), _with_past(b, pv, v, outs[1])
     total = b.value(k).shape[3 if k_t else 2]
     uni = bool(b.attrs.get("unidirectional", 0))
     bias = mask_bias(b, b.input(4), bsz, seq, total, npast, uni)

@@ -120,6 +120,21 @@ def test_recurrent_matches_ort(case):
     check_against_ort(model, feeds)
 
 
+@pytest.mark.parametrize("fed", [False, True])
+@pytest.mark.parametrize("kind", sorted(GATES))
+def test_zero_length_entry_ends_in_zero_states(kind, fed):
+    model, feeds, _ = rnn_model(
+        kind, seed=2, direction="bidirectional", lens=True, init=True, fed=["sequence_lens"] * fed
+    )
+    lens = np.asarray([SEQ, 0, 2, 3], np.int32)
+    if fed:
+        feeds["sequence_lens"] = lens
+    else:
+        init = next(i for i in model.graph.initializer if i.name == "sequence_lens")
+        init.CopyFrom(numpy_helper.from_array(lens, "sequence_lens"))
+    check_against_ort(model, feeds)
+
+
 ACTIVATION_CASES = {
     # LSTM (f, g, h) per direction; ORT hands alpha/beta only to functions that take them
     "lstm_scaled": (
@@ -259,6 +274,26 @@ def test_bad_attributes_are_refused(attrs, match):
     model, _, _ = rnn_model("GRU", **attrs)
     with pytest.raises(BadAttributeError, match=match):
         pyforge.compile(model, target="cpu")
+
+
+def test_weight_of_the_wrong_shape_is_refused():
+    model, _, _ = rnn_model("LSTM", init=True)
+    init = next(i for i in model.graph.initializer if i.name == "R")
+    init.CopyFrom(numpy_helper.from_array(np.ones((1, 4 * HIDDEN, HIDDEN + 1), np.float32), "R"))
+    with pytest.raises(BadAttributeError, match="lstm0.*input 2 has shape"):
+        pyforge.compile(model, target="cpu")
+
+
+def test_hidden_size_left_out_is_read_from_r():
+    """ORT insists on hidden_size; ONNX leaves it optional. The reference keeps it."""
+    model, feeds, _ = rnn_model("GRU", direction="reverse", lens=True)
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    attrs = bare.graph.node[0].attribute
+    attrs.remove(next(a for a in attrs if a.name == "hidden_size"))
+    got = pyforge.compile(bare, target="cpu").predict(feeds)
+    for name, want in zip(("Y", "Y_h"), run_ort(model, feeds)):
+        np.testing.assert_allclose(got[name], want, RTOL, ATOL, err_msg=name)
 
 
 def test_sequence_lens_past_the_sequence_is_refused():

@@ -36,7 +36,9 @@ def _i64(*values) -> np.ndarray:
 class _Rnn:
     """One RNN/GRU/LSTM node being unrolled: its attributes read once, and emit helpers."""
 
-    def __init__(self, b: Builder, kind: str) -> None:
+    def __init__(self, b: Builder, kind: str, transposed: bool = False) -> None:
+        """``transposed``: W and R come as [dirs, in|H, G*H] (DynamicQuantizeLSTM), not
+        ONNX's [dirs, G*H, in|H]."""
         self.b, self.kind, a = b, kind, b.attrs
         xv = b.value(b.input(0))
         if len(xv.shape) != 3:
@@ -51,9 +53,19 @@ class _Rnn:
         if direction not in dirs:
             b.bad(f"direction {direction!r}: forward, reverse or bidirectional")
         self.reverse = dirs[direction]
-        self.hidden = int(a.get("hidden_size") or 0)
-        if self.hidden <= 0:
-            b.bad("hidden_size must be given and positive")
+        r_shape = b.value(b.input(2)).shape
+        if len(r_shape) != 3:
+            b.bad(f"R has shape {r_shape}, not 3-d")
+        self.hidden = hid = int(a.get("hidden_size") or r_shape[1 if transposed else 2])
+        nd, gh, n_in = len(self.reverse), _GATES[kind] * hid, xv.shape[2]
+        state = (nd, self.batch, hid) if self.layout == 0 else (self.batch, nd, hid)
+        w, r = ((n_in, gh), (hid, gh)) if transposed else ((gh, n_in), (gh, hid))
+        expected = {1: (nd, *w), 2: (nd, *r), 3: (nd, 2 * gh), 5: state, 6: state}
+        expected.update({7: (nd, 3 * hid)} if kind == "LSTM" else {})
+        for k, shape in expected.items():
+            got = None if b.input(k) is None else b.value(b.input(k)).shape
+            if got not in (None, shape):
+                b.bad(f"input {k} has shape {got}, not {shape}")
         clip = a.get("clip")
         self.clip = None if clip is None else (-float(clip), float(clip))
         self.acts = self._activations()
@@ -129,6 +141,15 @@ class _Rnn:
             return None if m.all() else (False if not m.any() else self.c(m[:, None], bool))
         lens = self.op("Reshape", self.lens, self.c(_i64(self.batch, 1)))
         return self.op("Less", self.c(t, self.b.value(self.lens).dtype), lens)
+
+    def nonempty(self, state: str | None) -> str | None:
+        """ORT's final state of a zero-length batch entry is 0, not its initial state."""
+        m = self.mask(0)
+        if m is None or state is None:
+            return state
+        if m is False:
+            return self.c(np.zeros((self.batch, self.hidden)), self.dt)
+        return self.op("Where", m, state, self.c(0.0))
 
     def remap(self, t: str, idx_shape: tuple) -> str:
         """``t`` with each batch entry's first len steps reversed along the sequence axis (its
@@ -216,8 +237,8 @@ class _Rnn:
                     idx = (shape[0], 1, shape[2], 1) if self.layout == 0 else (*shape[:2], 1, 1)
                     yd = self.remap(yd, idx)
                 ys.append(yd)
-            hs.append(h)
-            cs.append(cell)
+            hs.append(self.nonempty(h))
+            cs.append(self.nonempty(cell))
         self.write(0, ys, self.layout + 1)
         self.write(1, hs, self.layout, unsqueeze=True)
         if self.kind == "LSTM":
@@ -300,4 +321,4 @@ def _dynamic_quantize_lstm(b: Builder) -> None:
         deq.append(((q.astype(np.int32) - zp) * scale).astype(np.float32))
     dv = b.value(b.input(0)).dtype
     weights = lambda d: (b.const(deq[0][d].astype(dv)), b.const(deq[1][d].astype(dv)))
-    _Rnn(b, "LSTM").run(weights)
+    _Rnn(b, "LSTM", transposed=True).run(weights)

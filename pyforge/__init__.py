@@ -153,7 +153,7 @@ class CompiledModel:
 
     def __init__(
         self,
-        plan: ExecutionPlan,
+        plan: ExecutionPlan | None,
         target: str,
         runtime: RuntimeOptions | None = None,
         *,
@@ -163,29 +163,39 @@ class CompiledModel:
         runtime = (runtime or RuntimeOptions()).resolve(target)
         self.target = target
         self.runtime_options = runtime
-        self._names = list(plan.inputs)
-        first = _bind(plan, target, runtime, details, progress)
         self._plans: OrderedDict[tuple, _Bound] = OrderedDict()
-        self._plans[tuple(shape for _, shape, _ in plan.signature(self._names))] = first
-        self._current = first  # the most recently used; read without the lock by one load
+        self._current: _Bound | None = None  # the most recently used; read without the lock
+        self._deferred = ""  # why compile() built no plan; the first predict builds one
+        if plan is not None:
+            self._names = list(plan.inputs)
+            first = _bind(plan, target, runtime, details, progress)
+            self._plans[tuple(shape for _, shape, _ in plan.signature(self._names))] = first
+            self._current = first
         self._lock = threading.Lock()
         self._max_plans = 1
         self._source: _Source | None = None  # set by compile(): what more plans are built from
 
+    def _last(self) -> _Bound:
+        if self._current is None:
+            raise errors.InputError(f"no plan yet: {self._deferred}; the first predict builds one")
+        return self._current
+
     @property
     def plan(self) -> ExecutionPlan:
-        return self._current.plan
+        return self._last().plan
 
     @property
     def runtime(self) -> Any:
-        return self._current.runtime
+        return self._last().runtime
 
     @property
     def details(self) -> dict[str, Any] | None:
-        return self._current.details
+        return self._last().details
 
     @property
     def stats(self) -> dict[str, Any]:
+        if self._current is None:
+            return {"target": self.target, "plans": [], "deferred": self._deferred}
         s = self._current.stats
         with self._lock:
             s["plans"] = [dict(zip(self._names, key)) for key in self._plans]
@@ -203,6 +213,8 @@ class CompiledModel:
     @property
     def outputs(self) -> list[TensorSpec]:
         """The outputs, with the most recently used plan's shapes."""
+        if self._current is None:
+            return [TensorSpec(n, None, None) for n in self._source.output_names]
         return [TensorSpec(*s) for s in self.plan.signature(self.plan.outputs)]
 
     @property
@@ -211,12 +223,12 @@ class CompiledModel:
 
     @property
     def output_names(self) -> list[str]:
-        return list(self.plan.outputs)
+        return [s.name for s in self.outputs]
 
     def __repr__(self) -> str:
         return (
             f"CompiledModel(target={self.target!r}, inputs={self.inputs}, "
-            f"outputs={self.outputs}, launches={self.stats['launches']})"
+            f"outputs={self.outputs}, launches={self.stats.get('launches')})"
         )
 
     def predict(self, x: np.ndarray | dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
@@ -238,8 +250,12 @@ class CompiledModel:
     def _plan_for(self, key: tuple | None) -> _Bound:
         current = self._current
         if key is None:
+            if current is None:
+                raise errors.InputError(f"predict takes inputs {self._names}")
             return current
-        if self._plans.get(key) is current:  # the steady state: the same signature again
+        if (
+            current is not None and self._plans.get(key) is current
+        ):  # the steady state: the same signature again
             return current
         shapes = dict(zip(self._names, key))
         with self._lock:
@@ -292,6 +308,10 @@ class _Source:
     proto: Any
     options: CompileOptions
     specs: list[Any]  # frontend.shapes.InputSpec
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.proto.graph.output]
 
     def build(self, shapes: dict[str, tuple[int, ...]], model: CompiledModel) -> _Bound:
         from .compiler import compile_to_plan
@@ -375,10 +395,15 @@ def compile(
         return StagedModel(proto, e, target, options, runtime, specs)
     except errors.ShapeError as e:
         free = free_symbols(specs)
-        if free:  # the 1s may be what is inconsistent (a past length plus a new one, say)
-            e.args = (f"{e} (compiled with the free dims {free} as 1: give input_shapes=)",)
-        raise
+        if not free:
+            raise
+        # the 1s may be what is inconsistent (a past length beside a new one, say): the first
+        # predict, which brings real shapes, builds the first plan instead
+        plan, details = None, None
+        why = f"with the free dims {free} as 1 the model does not compile ({e})"
     compiled = CompiledModel(plan, target, runtime, details=details, progress=progress)
+    if plan is None:
+        compiled._names, compiled._deferred = [s.name for s in specs], why
     compiled._max_plans = options.max_plans
     compiled._source = _Source(proto, options, specs)
     return compiled

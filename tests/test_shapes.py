@@ -176,13 +176,22 @@ def test_cli_shape_flag(tmp_path, capsys, dynamic_mlp):
     assert "give NAME=DIMS" in capsys.readouterr().err
 
 
-def test_a_shape_error_at_the_default_ones_says_which_dims_were_guessed():
+def test_a_model_the_default_ones_cannot_compile_waits_for_the_first_predict():
+    # as a decoder with past_key_values: only real shapes are consistent
     w = onnx.numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
     node = helper.make_node("MatMul", ["a", "w"], ["y"])
     proto = make_model([node], [("a", np.float32, [1, "s"])], [("y", np.float32, [1, 3])], [w])
-    with pytest.raises(pyforge.errors.ShapeError, match=r"free dims \['a\[1\]=s'\] as 1"):
-        pyforge.compile(proto, target="cpu")
+    model = pyforge.compile(proto, target="cpu")
+    assert model.stats["plans"] == [] and "a[1]=s" in model.stats["deferred"]
+    with pytest.raises(
+        pyforge.errors.InputError, match=r"no plan yet: .*free dims \['a\[1\]=s'\] as 1"
+    ):
+        _ = model.plan
     a = np.random.default_rng(2).standard_normal((1, 2)).astype(np.float32)
+    np.testing.assert_allclose(model.predict(a), a @ np.ones((2, 3), np.float32), rtol=1e-6)
+    assert model.stats["plans"] == [{"a": (1, 2)}] and model.output_names == ["y"]
+    with pytest.raises(pyforge.errors.ShapeError):  # a shape the file cannot take still fails
+        model.predict(np.ones((1, 5), np.float32))
     check_against_ort(proto, {"a": a}, input_shapes={"a": (1, 2)})
 
 

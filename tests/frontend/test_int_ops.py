@@ -156,6 +156,13 @@ def test_cum_prod_matches_ort(axis, exclusive, reverse, dtype):
     check_against_ort(*_cum_prod(axis, exclusive, reverse, dtype))
 
 
+def test_cum_prod_with_a_run_time_axis_runs_in_stages():
+    model, feeds = _cum_prod(1, 1, 0)
+    model.graph.initializer.pop()
+    model.graph.input.append(helper.make_tensor_value_info("a", onnx.TensorProto.INT64, []))
+    check_against_ort(model, {**feeds, "a": np.array(-2, np.int64)})
+
+
 def test_expansions_refuse_bad_models():
     with pytest.raises(BadAttributeError, match="cp.*axis 3 out of range"):
         pyforge.compile(_cum_prod(3, 0, 0)[0], target="cpu")

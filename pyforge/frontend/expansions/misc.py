@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import DataDependentError
 from ..expand import Builder, expands
 
 
@@ -25,12 +26,11 @@ def _lp_normalization(b: Builder) -> None:
 def _cum_prod(b: Builder) -> None:
     """A scan by doubling: log2(n) rounds of y *= y shifted k places (ones shifted in), k = 1, 2,
     4...; integers exact, floats multiplied in a tree order, not left to right."""
-    x, shape = b.input(0), b.value(b.input(0)).shape
-    dtype = b.value(x).dtype
-    axis_v = b.value(b.input(1))
-    if axis_v.const is None:
-        b.fail("a run-time axis (it must be a constant)")
-    a = int(np.ravel(axis_v.const)[0])
+    x, axis = b.input(0), b.value(b.input(1))
+    shape, dtype = b.value(x).shape, b.value(x).dtype
+    if axis.const is None:  # compile() then runs the model in stages, the axis read first
+        raise DataDependentError(b.op_type, b.name, b.opset, "a run-time axis", [axis.name])
+    a = int(np.ravel(axis.const)[0])
     if not -len(shape) <= a < len(shape):
         b.bad(f"axis {a} out of range for rank {len(shape)}")
     a %= len(shape)
@@ -40,9 +40,8 @@ def _cum_prod(b: Builder) -> None:
         """y moved k places along the axis (away from the scan's start), ones shifted in."""
         ones = b.const(np.ones([k if d == a else s for d, s in enumerate(shape)], dtype))
         lo, hi = (k, n) if reverse else (0, n - k)
-        part = b.op(
-            "Slice", [y, b.const([lo], np.int64), b.const([hi], np.int64), b.const([a], np.int64)]
-        )
+        lo, hi, axes = (b.const([i], np.int64) for i in (lo, hi, a))
+        part = b.op("Slice", [y, lo, hi, axes])
         return b.op("Concat", [part, ones] if reverse else [ones, part], axis=a)
 
     y, k = x, 1

@@ -121,3 +121,25 @@ def test_roi_align_batch_index_out_of_range_is_an_error():
     feeds["b"] = np.array([0, 1, 2, 0, 1], np.int64)
     with pytest.raises(pyforge.errors.IndexRangeError, match="batch_indices"):
         pyforge.compile(model, target="cpu").predict(feeds)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _roi_model(16, mode="max", spatial_scale=0.5),
+        lambda: _roi_model(10),
+        lambda: _grid_model("bicubic", "reflection", 0, 16),
+        lambda: _grid_model("nearest", "border", 1, 20, (1, 2, 3, 4, 5), (2, 3, 4)),
+        lambda: _grid_model("linear", "zeros", 0, 20),
+    ],
+)
+def test_cuda_kernels_compile_to_ptx(make, tmp_path):
+    """The kernels typed as the GPU types them (sm_90 PTX), which the simulator does not do."""
+    from pyforge.compiler import compile_to_plan
+    from tests.lower_numba.test_ptx import _kernels, _ptx_available, _ptx_of
+
+    if not _ptx_available():
+        pytest.skip("no NVVM/NVRTC to compile PTX")
+    plan, _ = compile_to_plan(make()[0], specialize=True)
+    for step in _kernels(plan):
+        assert _ptx_of(plan, step, tmp_path), step.label

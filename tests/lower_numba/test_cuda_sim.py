@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 from tests.frontend.test_ops import one_op, rand
+from tests.frontend.test_sample_ops import _grid_model, _roi_model
 from tests.helpers import check_against_ort, make_model, run_in_simulator
 
 INSIDE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -77,6 +78,8 @@ CASES = {
         consts=[rand(5, 4), rand(5)],
     ),
     "matmul_batched": lambda: one_op("MatMul", [rand(2, 3, 4), rand(2, 4, 5)], None),
+    "roi_align_max": lambda: _roi_model(16, mode="max", spatial_scale=0.5),
+    "grid_sample_bicubic_reflection": lambda: _grid_model("bicubic", "reflection", 0, 16),
     "broadcast_chain": lambda: (
         make_model(
             [
@@ -147,6 +150,18 @@ def test_device_index_checks_in_simulator(case):
         compiled.predict({"data": data, "idx": bad})
     # the error word is cleared: the same model answers the next, valid call
     np.testing.assert_array_equal(compiled.predict({"data": data, "idx": idx}), want)
+
+
+@inside_only
+def test_roi_align_batch_index_check_in_simulator():
+    import pyforge
+    from pyforge.errors import IndexRangeError
+
+    model, feeds = _roi_model(16)
+    compiled = pyforge.compile(model, target="cuda")
+    with pytest.raises(IndexRangeError, match="RoiAlign"):
+        compiled.predict({**feeds, "b": np.array([0, 1, 2, 0, 1], np.int64)})
+    check_against_ort(model, feeds, target="cuda")
 
 
 def _conv_pool_chain():

@@ -126,6 +126,28 @@ def test_loop_stops_where_its_folded_condition_turns_false():
     assert sum(n.op == "Add" for n in import_onnx(model).nodes) == 5
 
 
+def test_loop_whose_condition_folds_from_a_constant_carried_counter():
+    # while k < 7: k += 2; a = a * x  (k starts as a constant, so every copy's test folds)
+    nodes = [
+        helper.make_node("Add", ["k", "two"], ["k2"]),
+        helper.make_node("Less", ["k2", "seven"], ["c_out"]),
+        helper.make_node("Mul", ["a", "x"], ["a2"]),
+    ]
+    ins = [vi("i", I64, []), vi("c_in", B, []), vi("k", I64, []), vi("a", F, None)]
+    outs = [vi("c_out", B, []), vi("k2", I64, []), vi("a2", F, None)]
+    consts = [init("two", np.array(2, np.int64)), init("seven", np.array(7, np.int64))]
+    body = helper.make_graph(nodes, "body", ins, outs, consts)
+    node = helper.make_node("Loop", ["", "cond", "k0", "a"], ["k_end", "y"], body=body)
+    inits = [init("cond", np.array(True)), init("k0", np.array(0, np.int64))]
+    model = make_model(
+        [node],
+        [("x", np.float32, [2, 3]), ("a", np.float32, [2, 3])],
+        [("k_end", np.int64, []), ("y", np.float32, [2, 3])],
+        inits,
+    )
+    check_against_ort(model, {"x": rand(2, 3), "a": rand(2, 3)})
+
+
 def test_loop_without_trip_count_runs_until_its_condition():
     nodes = [
         helper.make_node("Less", ["i", "three"], ["c_out"]),

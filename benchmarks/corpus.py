@@ -2,7 +2,12 @@
 ``pyforge.compile(path).predict(inputs)`` against ONNX Runtime at two input shapes.
 
     python benchmarks/corpus.py [--target cpu|cuda] [--models a,b,c] [--md FILE] [--runs N]
+                                [--isolate [--timeout S]] [--conformance]
     python benchmarks/corpus.py --list
+
+--isolate runs each model in its own process (a crash or a runaway is one row); --conformance
+writes the table into CONFORMANCE.md under "## Real-model corpus (TARGET)". On the GPU machine:
+    python benchmarks/corpus.py --target cuda --isolate --timeout 900 --conformance
 
 A model with a dynamic dim runs at two values of it; one without runs its one shape twice, with
 other seeded random data. The table: model, source, symbolic dims, op count, outcome (pass;
@@ -20,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -397,6 +403,18 @@ def header(target: str, argv: list[str]) -> str:
     )
 
 
+CONFORMANCE = Path(__file__).resolve().parents[1] / "CONFORMANCE.md"
+
+
+def write_conformance(target: str, text: str, md: Path = CONFORMANCE) -> None:
+    """Put the table in CONFORMANCE.md under "## Real-model corpus (TARGET)", replacing that
+    section (the conformance report keeps it when it regenerates the file)."""
+    old = md.read_text() if md.exists() else "# ONNX conformance\n"
+    head = f"## Real-model corpus ({target})"
+    parts = [p for p in re.split(r"(?m)^(?=## )", old) if not p.startswith(head)]
+    md.write_text("".join(parts).rstrip("\n") + f"\n\n{head}\n\n{text}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -404,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--md", default="", help="also write the table to this markdown file")
+    ap.add_argument(
+        "--conformance", action="store_true", help="write the table into CONFORMANCE.md"
+    )
     ap.add_argument("--runs", type=int, default=5, help="timed runs per side (0: no timing)")
     ap.add_argument("--isolate", action="store_true", help="each model in its own process")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per model (--isolate)")
@@ -430,8 +451,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(dataclasses.asdict(r)), flush=True)
             continue
         print(f"{n}: {r.outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        text = header(args.target, argv) + "\n\n" + table(rows)
         if args.md:  # after every row, so a run stopped early keeps what it measured
-            Path(args.md).write_text(header(args.target, argv) + "\n\n" + table(rows) + "\n")
+            Path(args.md).write_text(text + "\n")
+        if args.conformance:
+            write_conformance(args.target, text)
     if args.json:
         return 0
     print(header(args.target, argv) + "\n\n" + table(rows))

@@ -131,3 +131,14 @@ def test_conformance_report_keeps_the_corpus_section():
     old = "# ONNX conformance\n\n## Notes\n\nx\n\n## Real-model corpus (cpu)\n\n| a |\n\n## Tail\n"
     assert kept_sections(old) == "## Real-model corpus (cpu)\n\n| a |"
     assert kept_sections("# ONNX conformance\n\n## Notes\n") == ""
+
+
+def test_corpus_table_replaces_its_own_section(tmp_path):
+    md = tmp_path / "CONFORMANCE.md"
+    md.write_text("# ONNX conformance\n\n## Notes\n\nn\n")
+    corpus.write_conformance("cpu", "old table", md)
+    corpus.write_conformance("cuda", "gpu table", md)
+    corpus.write_conformance("cpu", "new table", md)
+    text = md.read_text()
+    assert "old table" not in text and text.count("## Real-model corpus (cpu)") == 1
+    assert text.index("## Notes") < text.index("gpu table") < text.index("new table")

@@ -180,6 +180,8 @@ class _Rnn:
     def run(self, weights) -> None:
         """Emit the whole node; ``weights(d)`` gives direction d's (W^T, R^T), [in|H, G*H]."""
         b, hid = self.b, self.hidden
+        x_shape = b.value(b.input(0)).shape
+        n_in = x_shape[2]
         gh = _GATES[self.kind] * hid
         self.lbr = self.kind == "GRU" and bool(b.attrs.get("linear_before_reset", 0))
         groups = [(0, 2 * hid), (2 * hid, gh)] if self.kind == "GRU" else [(0, gh)]
@@ -195,9 +197,11 @@ class _Rnn:
                     rb = self.op("Mul", rb, self.c(np.arange(gh) < 2 * hid, self.dt))
                 bias = self.op("Add", wb, rb)
             xws, rts = [], []
+            x2 = self.op("Reshape", b.input(0), self.c(_i64(-1, n_in)))  # one 2-d GEMM, not seq
             for s, e in groups:
-                xw = self.op("MatMul", b.input(0), self.cols(wt, s, e))
+                xw = self.op("MatMul", x2, self.cols(wt, s, e))
                 xw = xw if bias is None else self.op("Add", xw, self.cols(bias, s, e))
+                xw = self.op("Reshape", xw, self.c(_i64(*x_shape[:2], e - s)))
                 remapped = reverse and self.lens is not None
                 xws.append(self.remap(xw, (*self.b.value(xw).shape[:2], 1)) if remapped else xw)
                 rts.append(self.cols(rt, s, e))

@@ -166,6 +166,7 @@ class CompiledModel:
         self._plans: OrderedDict[tuple, _Bound] = OrderedDict()
         self._current: _Bound | None = None  # the most recently used; read without the lock
         self._deferred = ""  # why compile() built no plan; the first predict builds one
+        self._padding: Any = None  # frontend.buckets.Padding when compiled with buckets=
         if plan is not None:
             self._names = list(plan.inputs)
             first = _bind(plan, target, runtime, details, progress)
@@ -219,7 +220,7 @@ class CompiledModel:
 
     @property
     def input_names(self) -> list[str]:
-        return list(self._names)
+        return [n for n in self._names if n != _VALID]
 
     @property
     def output_names(self) -> list[str]:
@@ -243,8 +244,12 @@ class CompiledModel:
 
         >>> y = model.predict(cuda.to_device(x))   # y: DeviceNDArray; y.copy_to_host()
         """
+        if self._padding is not None:  # up to the length's bucket; the outputs cut back after
+            x, length = _pad(self._padding, self.input_names, x)
         bound = self._plan_for(_feed_key(self._names, x))
         outs = bound.runtime.run(normalise_feeds(bound.plan, x))
+        if self._padding is not None:
+            outs = {n: _cut(a, self._padding.outputs[n], length) for n, a in outs.items()}
         return outs[bound.plan.outputs[0]] if len(outs) == 1 else outs
 
     def _plan_for(self, key: tuple | None) -> _Bound:
@@ -285,7 +290,45 @@ class CompiledModel:
         """Write the most recently used plan (one signature: ``stats["plans"][-1]``) to
         ``directory``: plan.json, weights.bin and every kernel source. ``pyforge.load`` runs
         that signature only."""
+        if self._padding is not None:
+            raise errors.OptionError(
+                "buckets", "a model compiled with buckets= cannot be saved yet"
+            )
         self.plan.save(os.fspath(directory))
+
+
+_VALID = "pyforge::valid"  # the bucket mask input, frontend.buckets.VALID
+
+
+def _pad(padding: Any, names: list[str], x: Any) -> tuple[dict, int]:
+    """The inputs padded with zeros up to their length's bucket, and the mask of real positions."""
+    feeds = dict(x) if isinstance(x, dict) else {names[0]: x}
+    lengths = {n: _shape(feeds[n])[a] for n, a in padding.inputs.items() if n in feeds}
+    if len(set(lengths.values())) != 1:
+        raise errors.InputError(
+            f"inputs {sorted(lengths)} must share one {padding.symbol!r} length: got {lengths}"
+        )
+    length = next(iter(lengths.values()))
+    try:
+        size = padding.bucket(length)
+    except errors.OptionError as e:
+        raise errors.InputError(str(e)) from None
+    for n, axis in padding.inputs.items():
+        if n in feeds:
+            a = np.asarray(feeds[n])
+            widths = [(0, 0)] * a.ndim
+            widths[axis] = (0, size - length)
+            feeds[n] = np.pad(a, widths)
+    feeds[_VALID] = np.arange(size) < length
+    return feeds, length
+
+
+def _cut(a: Any, axes: list[int], length: int) -> Any:
+    return (
+        a[tuple(slice(0, length) if i in axes else slice(None) for i in range(a.ndim))]
+        if axes
+        else a
+    )
 
 
 def _loaded_shape_error(plan: ExecutionPlan, shapes: dict[str, tuple]) -> errors.InputError:
@@ -317,8 +360,9 @@ class _Source:
         from .compiler import compile_to_plan
         from .frontend.shapes import bind
 
-        signature = bind(self.specs, shapes)
-        plan, details = compile_to_plan(self.proto, replace(self.options, input_shapes=signature))
+        signature = bind(self.specs, {k: v for k, v in shapes.items() if k != _VALID})
+        opts = replace(self.options, input_shapes=signature)
+        plan, details = compile_to_plan(self.proto, opts, padding=model._padding)
         model._share_weights(plan)
         bound = _bind(plan, model.target, model.runtime_options, details, None)
         bound.details = None  # its graph would hold one more copy of the weights per plan
@@ -350,6 +394,7 @@ def compile(
     compile (``CompileOptions``; fixed in the plan):
       input_shapes={name: shape}    fix these inputs' shapes (default: bound by predict)
       max_plans=int                 plans kept, one per input signature (default 8; LRU)
+      buckets={"seq": [16, 32, 64]} pad that dim up to the next size, one plan per bucket
       layout="nchw"|"nhwc"          cuda default "nhwc", cpu "nchw"
       conv="im2col"|"implicit"      "implicit": one implicit-GEMM kernel per NHWC conv
       conv_tile="64x32x16/4x4[/s2]" the implicit-GEMM tile (with conv="implicit")
@@ -371,6 +416,7 @@ def compile(
     >>> m = pyforge.compile("mlp.onnx", target="cpu", fusion=False)
     >>> m = pyforge.compile("resnet50.onnx", "cuda", pyforge.CompileOptions(precision="fp16"))
     >>> m = pyforge.compile("bert.onnx", input_shapes={"input_ids": (1, 128)}, max_plans=4)
+    >>> m = pyforge.compile("bert.onnx", buckets={"seq": [16, 32, 64, 128]})
     >>> m = pyforge.compile("mlp.onnx", progress=lambda stage, done, total: print(stage, done))
     """
     options, runtime = split_options(options, runtime, kwargs)
@@ -384,9 +430,17 @@ def compile(
 
     proto = load_model(model)
     specs = fix_shapes(input_specs(proto), options.input_shapes)
-    first = replace(options, input_shapes=default_shapes(specs))
+    shapes, padding = default_shapes(specs), None
+    if options.buckets:
+        from .frontend.buckets import analyze
+
+        ((symbol, sizes),) = options.buckets.items()
+        padding = analyze(proto, specs, symbol, list(sizes), dict(options.input_shapes or {}))
+        for name, axis in padding.inputs.items():
+            shapes[name] = shapes[name][:axis] + (sizes[0],) + shapes[name][axis + 1 :]
+    first = replace(options, input_shapes=shapes)
     try:
-        plan, details = compile_to_plan(proto, first, progress=progress)
+        plan, details = compile_to_plan(proto, first, progress=progress, padding=padding)
     except errors.DataDependentError as e:
         if e.top is None:
             raise
@@ -405,6 +459,7 @@ def compile(
     if plan is None:
         compiled._names, compiled._deferred = [s.name for s in specs], why
     compiled._max_plans = options.max_plans
+    compiled._padding = padding
     compiled._source = _Source(proto, options, specs)
     return compiled
 

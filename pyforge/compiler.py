@@ -35,6 +35,7 @@ def compile_to_plan(
     options: CompileOptions | None = None,
     *,
     progress: Progress | None = None,
+    padding: Any = None,
     **fields: Any,
 ) -> tuple[ExecutionPlan, dict]:
     """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details.
@@ -54,7 +55,7 @@ def compile_to_plan(
         proto = load_model(model)
         limit = o.memory_limit or default_memory_limit()
         check_declared_sizes(proto, limit, o.input_shapes)  # before constant folding allocates
-        graph = import_onnx(proto, o.input_shapes)
+        graph = import_onnx(proto, o.input_shapes, padding)  # padding: frontend/buckets.py
     names = pass_names(o.layout, o.precision, o.fusion)
     # the stage's own end call reports the last pass
     on_pass = (lambda _, i, n: i < n and progress("passes", i, n)) if progress else None

@@ -30,6 +30,7 @@ Progress = Callable[[str, int, int], None]
 _BOOL = (True, False)
 _COUNT = (int, "a positive int")
 _SHAPES = (dict, "{input name: shape}, e.g. {'x': (4, 256)}")
+_BUCKETS = (dict, "{dim name: sizes}, one dim, e.g. {'seq': [16, 32, 64, 128]}")
 _TILE = re.compile(r"\d+x\d+x\d+/\d+x\d+(/s\d+)?")
 _VALUES: dict[str, Any] = {
     "layout": ("nchw", "nhwc"),
@@ -41,6 +42,7 @@ _VALUES: dict[str, Any] = {
     "verify": _BOOL,
     "input_shapes": _SHAPES,
     "max_plans": _COUNT,
+    "buckets": _BUCKETS,
     "memory_limit": _COUNT,
     "fused_steps": _BOOL,
     "own_gemm": _BOOL,
@@ -59,7 +61,7 @@ def _allowed(name: str) -> str:
         return "True or False"
     if spec is _COUNT:
         return spec[1]
-    if isinstance(spec[0], re.Pattern) or spec is _SHAPES:
+    if isinstance(spec[0], re.Pattern) or spec in (_SHAPES, _BUCKETS):
         return spec[1]
     return ", ".join(repr(v) for v in spec)
 
@@ -72,6 +74,10 @@ def _check_value(name: str, value: Any) -> None:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     elif spec is _SHAPES:
         ok = isinstance(value, Mapping)
+    elif spec is _BUCKETS:
+        sizes = next(iter(value.values())) if isinstance(value, Mapping) and len(value) == 1 else []
+        ok = isinstance(sizes, (list, tuple)) and bool(sizes) and all(_is_size(d) for d in sizes)
+        ok = ok and all(isinstance(k, str) for k in value)
     elif isinstance(spec[0], re.Pattern):
         ok = isinstance(value, str) and spec[0].fullmatch(value) is not None
     else:
@@ -129,6 +135,10 @@ class CompileOptions:
                 bind, before any work (default: none; a dim left free is bound by ``predict``)
     max_plans   plans (one per input signature) a model keeps, least recently used evicted
                 (default 8)
+    buckets     {dim name: sizes}: ``predict`` pads that dim up to the next size and cuts the
+                outputs back, so one plan serves every length up to it; pyforge masks each
+                op that mixes positions, and refuses the option (naming the node) where it
+                cannot make padding exact (``frontend/buckets.py``)
     memory_limit  bytes the plan's arena and weights may take, checked before they are
                 allocated (default: 75% of physical memory)
 
@@ -145,12 +155,16 @@ class CompileOptions:
     verify: bool | None = None
     input_shapes: Mapping[str, tuple[int, ...]] | None = None
     max_plans: int | None = None
+    buckets: Mapping[str, tuple[int, ...]] | None = None
     memory_limit: int | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)
         if self.input_shapes is not None:  # a private copy: the caller's dict may change later
             object.__setattr__(self, "input_shapes", _shapes(self.input_shapes))
+        if self.buckets is not None:
+            dims = {k: tuple(sorted({int(d) for d in v})) for k, v in self.buckets.items()}
+            object.__setattr__(self, "buckets", dims)
 
     def resolve(self, target: str | None) -> CompileOptions:
         """Every field filled with ``target``'s default; an option the target does not take is

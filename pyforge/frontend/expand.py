@@ -15,7 +15,6 @@ themselves expanded. Three sources of rules, tried in this order:
 from __future__ import annotations
 
 import importlib
-import itertools
 import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -56,8 +55,6 @@ def domain_of(node: onnx.NodeProto) -> str:
 class Builder:
     """What an expansion rule sees of its node, and how it emits the nodes that replace it."""
 
-    _serial = itertools.count()
-
     def __init__(self, importer: Any, node: onnx.NodeProto, name: str, attrs: dict, opset: int):
         self._imp = importer
         self.node = node
@@ -95,7 +92,7 @@ class Builder:
 
     def fresh(self, hint: str = "t") -> str:
         while True:
-            name = f"{self.name}/{hint}_{next(Builder._serial)}"
+            name = f"{self.name}/{hint}_{next(self._imp.serial)}"
             if name not in self._imp.values and name not in self._imp.names:
                 return name
 

@@ -6,6 +6,7 @@ any op needs its "shape" input to be constant.
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -16,6 +17,7 @@ from onnx import helper, numpy_helper
 from ..errors import DataDependentError, ModelLoadError, ShapeError, UnsupportedOperatorError
 from ..ir import Graph, Node, Value
 from ..ops import OPS, infer_node
+from .buckets import VALID, Padding
 from .checks import check_model, tensor_array
 from .expand import (
     EXPAND,
@@ -153,10 +155,12 @@ def _const_or_placeholder(v: Value) -> np.ndarray:
 def import_onnx(
     model: str | os.PathLike | onnx.ModelProto | bytes,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
+    padding: Padding | None = None,
 ) -> Graph:
     """Import an ONNX model into a verified IR graph with static shapes everywhere: each graph
     input takes its ``input_shapes`` entry, else the file's dims with every symbolic dim as 1
-    (``frontend/shapes.py``)."""
+    (``frontend/shapes.py``). ``padding``: mask the padded positions of a length bucket
+    (``frontend/buckets.py``)."""
     proto = load_model(model)
     opset, nodes = check_model(proto)  # refuses a malformed graph; nodes producers first
     g = proto.graph
@@ -172,6 +176,12 @@ def import_onnx(
         v = Value(inp.name, tuple(dims), onnx_dtype(ttype.elem_type))
         imp.values[inp.name] = v
         imp.graph.inputs.append(v)
+    if padding is not None:
+        name, axis = next(iter(padding.inputs.items()))
+        valid = Value(VALID, (imp.values[name].shape[axis],), np.dtype(bool))
+        imp.values[VALID] = valid
+        imp.graph.inputs.append(valid)
+        imp.masks = padding.masks
     for i, onode in nodes:
         try:
             imp.node(onode, opset, onode.name or f"{onode.op_type}_{i}")
@@ -202,6 +212,8 @@ class _Importer:
         self.used = {o.name for o in g.output} | {n for node in _all_nodes(g) for n in node.input}
         self.names = {n for node in _all_nodes(g) for n in node.output} | {i.name for i in g.input}
         self.names |= {t.name for t in g.initializer}
+        self.serial = itertools.count()  # names of emitted nodes: the same in every import
+        self.masks: dict[str, list[tuple[int, int, float]]] = {}
 
     def node(self, onode: onnx.NodeProto, opset: int, name: str | None = None) -> None:
         """Import one node: folded, expanded or added to the graph."""
@@ -217,6 +229,8 @@ class _Importer:
             arr = _constant_value(onode, attrs)
             self.values[onode.output[0]] = _const(onode.output[0], arr, "Constant", name, opset)
             return
+        if name in self.masks:
+            onode = self._masked(onode, name, opset)
         opdef = OPS.get(onode.op_type) if domain == "" else None
         if opdef is None:
             self._expand(onode, name, attrs, opset, domain)
@@ -264,6 +278,21 @@ class _Importer:
                 self.graph.add_node(part)
             return
         self.graph.add_node(node)
+
+    def _masked(self, onode: onnx.NodeProto, name: str, opset: int) -> onnx.NodeProto:
+        """``onode`` reading its inputs with the padded positions set to the fill each mask gives."""
+        new = onnx.NodeProto()
+        new.CopyFrom(onode)
+        b = Builder(self, onode, name, {}, opset)
+        for k, axis, fill in self.masks[name]:
+            x = self.values[new.input[k]]
+            shape = np.ones(len(x.shape), np.int64)
+            shape[axis] = -1
+            valid = b.op("Reshape", [VALID, b.const(shape)])
+            if x.dtype.kind in "iu" and np.isinf(fill):
+                fill = np.iinfo(x.dtype).max if fill > 0 else np.iinfo(x.dtype).min
+            new.input[k] = b.op("Where", [valid, new.input[k], b.const(np.array(fill, x.dtype))])
+        return new
 
     def _expand(
         self, onode: onnx.NodeProto, name: str, attrs: dict, opset: int, domain: str

@@ -26,6 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     proto = MODELS[args.model](batch="batch")
+    used0 = _device_used(args.target)
     t0 = time.perf_counter()
     model = pyforge.compile(proto, target=args.target)
     print(f"compile (batch {batches[0]} plan): {time.perf_counter() - t0:.2f} s")
@@ -38,6 +39,25 @@ def main() -> None:
             model.predict(x)
             print(f"{rnd:5s} predict at batch {b}: {time.perf_counter() - t0:.2f} s")
     print("plans held:", model.stats["plans"])
+    if model.target == "cuda":  # one weights upload for every plan, plus one arena each
+        bound = list(model._plans.values())
+        weights = {id(b.plan.weights): b.plan.weights.nbytes for b in bound}
+        arenas = sum(b.plan.arena_bytes for b in bound)
+        used = _device_used("cuda") - used0
+        print(
+            f"device bytes in use: {used / 2**20:.1f} MiB; distinct weights arrays "
+            f"{len(weights)} ({sum(weights.values()) / 2**20:.1f} MiB), arenas "
+            f"{arenas / 2**20:.1f} MiB (one per plan and execution context)"
+        )
+
+
+def _device_used(target: str | None) -> int:
+    if target != "cuda":
+        return 0
+    from numba import cuda
+
+    free, total = cuda.current_context().get_memory_info()
+    return total - free
 
 
 if __name__ == "__main__":

@@ -143,3 +143,11 @@ def test_cuda_kernels_compile_to_ptx(make, tmp_path):
     plan, _ = compile_to_plan(make()[0], specialize=True)
     for step in _kernels(plan):
         assert _ptx_of(plan, step, tmp_path), step.label
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: _roi_model(16, mode="max"), lambda: _grid_model("bilinear", "border", 0, 16)],
+)
+def test_unfused_matches_ort(make):
+    check_against_ort(*make(), fusion=False)

@@ -235,6 +235,7 @@ def read_graph(desc: Any, plan: ExecutionPlan) -> tuple[Graph, dict[str, Any]]:
         setattr(graph, field, [values[n] for n in names])
     for d in desc["nodes"]:
         graph.add_node(_read_node(d, values, True))
+    graph.verify()  # SSA, order, groups reading only what precedes them
     return graph, dict(opts)
 
 

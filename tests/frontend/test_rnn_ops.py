@@ -120,6 +120,12 @@ def test_recurrent_matches_ort(case):
     check_against_ort(model, feeds)
 
 
+@pytest.mark.parametrize("kind", sorted(GATES))
+def test_unfused_matches_ort(kind):
+    model, feeds, _ = rnn_model(kind, seed=9, direction="bidirectional", lens=True, init=True)
+    check_against_ort(model, feeds, fusion=False)
+
+
 @pytest.mark.parametrize("fed", [False, True])
 @pytest.mark.parametrize("kind", sorted(GATES))
 def test_zero_length_entry_ends_in_zero_states(kind, fed):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DataDependentError
+from ..errors import DataDependentError, ShapeError
 from ..ir import Node
 from .registry import fail, register, same_as_input
 
@@ -36,10 +36,17 @@ def _constant_of_shape_infer(node: Node):
     return [(tuple(int(d) for d in shape), np.dtype(dtype))]
 
 
+def _range(node: Node, start, limit, delta) -> np.ndarray:
+    """The spec's ceil((limit - start) / delta) elements start + i * delta, reckoned in double
+    as ORT and onnx.reference do (float32 rounding of limit - start can drop the last one)."""
+    start, limit, delta = (np.asarray(a).item() for a in (start, limit, delta))
+    if not delta:
+        raise ShapeError(node.op, node.name, "delta is 0: the range never reaches its limit")
+    return start + np.arange(max(int(np.ceil((limit - start) / delta)), 0)) * delta
+
+
 def _range_infer(node: Node):
-    start, limit, delta = (np.asarray(a).item() for a in _const_operands(node))
-    count = max(int(np.ceil((limit - start) / delta)), 0)
-    return [((count,), node.inputs[0].dtype)]
+    return [(_range(node, *_const_operands(node)).shape, node.inputs[0].dtype)]
 
 
 register(
@@ -51,7 +58,7 @@ register(
 )
 register(
     "Range",
-    lambda n, xs: [np.arange(xs[0], xs[1], xs[2]).astype(np.result_type(xs[0]))],
+    lambda n, xs: [_range(n, *xs).astype(np.result_type(xs[0]))],
     _range_infer,
     const_inputs=(0, 1, 2),
     kind="opaque",
@@ -277,7 +284,11 @@ register(
 def _topk_eval(node: Node, xs):
     x, a, k = xs[0], node.attrs["axis"], node.attrs["k"]
     key = -x if node.attrs["largest"] else x
-    idx = np.take(np.argsort(key, axis=a, kind="stable"), np.arange(k), axis=a)
+    idx = np.argsort(key, axis=a, kind="stable")  # NaN last
+    if node.attrs["largest"] and x.dtype.kind == "f":  # NaN first: it ranks above +inf
+        nan_first = np.argsort(~np.isnan(np.take_along_axis(x, idx, a)), axis=a, kind="stable")
+        idx = np.take_along_axis(idx, nan_first, a)
+    idx = np.take(idx, np.arange(k), axis=a)
     return [np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)]
 
 

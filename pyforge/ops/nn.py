@@ -13,7 +13,7 @@ from .registry import broadcast_shapes, register, same_as_input
 
 def window_out_shape(node: Node, spatial: tuple[int, ...]) -> tuple[int, ...]:
     k, s, d, p = (node.attrs[a] for a in ("kernel_shape", "strides", "dilations", "pads"))
-    nd = len(k)
+    nd, pool = len(k), "Pool" in node.op
     out = []
     for i in range(nd):
         span = spatial[i] + p[i] + p[i + nd] - ((k[i] - 1) * d[i] + 1)
@@ -21,9 +21,11 @@ def window_out_shape(node: Node, spatial: tuple[int, ...]) -> tuple[int, ...]:
             o = -(-span // s[i]) + 1
             if (o - 1) * s[i] >= spatial[i] + p[i]:  # the last window must start inside
                 o -= 1
+        elif pool:  # ORT's count, C's division: one window where it overhangs by under a stride
+            o = int(span / s[i]) + 1
         else:
             o = span // s[i] + 1
-        if o <= 0:
+        if o < 0 or o == 0 and not pool:  # a pool may be empty, as in ORT
             raise ShapeError(node.op, node.name, f"window larger than padded input {spatial}")
         out.append(o)
     return tuple(out)
@@ -94,9 +96,17 @@ def _pool_infer(node: Node):
 
 
 def _maxpool_eval(node: Node, xs):
-    pat = _patches(node, xs[0], -np.inf)
-    nd = xs[0].ndim - 2
-    return [pat.max(axis=tuple(range(-nd, 0))).astype(xs[0].dtype)]
+    """NaN as the kernel takes it: dropped unless every tap is NaN, or (stride or dilation
+    above 1) the first tap is; ORT and the reference agree on that."""
+    x, nd = xs[0], xs[0].ndim - 2
+    pat = _patches(node, x, np.nan)
+    y = np.fmax.reduce(pat.reshape(*pat.shape[: 2 + nd], -1), axis=-1)
+    if any(v != 1 for a in ("strides", "dilations") for v in node.attrs[a]):
+        taps = _patches(node, np.ones_like(x, dtype=bool), False)
+        taps = taps.reshape(*pat.shape[: 2 + nd], -1)
+        first = np.take_along_axis(pat.reshape(taps.shape), taps.argmax(-1)[..., None], -1)
+        y = np.where(np.isnan(first[..., 0]), first[..., 0], y)
+    return [y.astype(x.dtype)]
 
 
 def _avgpool_eval(node: Node, xs):

@@ -23,41 +23,7 @@ class Known:
         return {"outputs": self.outputs, "inputs": self.inputs, "inits": self.inits}
 
 
-KNOWN: list[Known] = [
-    Known(
-        2554,
-        "mismatch",
-        "Range",
-        "float Range: np.arange's length, not ONNX's "
-        "ceil((limit-start)/delta) in the input type (2 elements vs 3)",
-        ("v29",),
-    ),
-    Known(
-        12699,
-        "mismatch",
-        "GlobalMaxPool",
-        "GlobalMaxPool of an all-NaN window is -inf: the "
-        "window max starts at -inf and compares with >",
-        ("v30",),
-        ("v28",),
-    ),
-    Known(
-        4962,
-        "mismatch",
-        "TopK",
-        "TopK with NaN: NaN is not ordered as ORT and the reference order it",
-        ("v37",),
-    ),
-    Known(
-        10509,
-        "mismatch",
-        "MaxPool",
-        "MaxPool auto_pad=SAME_LOWER with ceil_mode=1 and "
-        "dilations: output length 1 where ORT and the reference give 0",
-        ("v32",),
-        ("v28",),
-    ),
-]
+KNOWN: list[Known] = []
 
 # seeds of test_fuzz.CI_SEEDS that hit a known finding (seed -> the KNOWN seed it duplicates)
-HITS: dict[int, int] = {61: 2554}
+HITS: dict[int, int] = {}

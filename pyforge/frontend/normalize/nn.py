@@ -10,7 +10,9 @@ from ...ops.registry import bad_attr, fail, norm_axis
 from .common import normalizes
 
 
-def _window_attrs(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> None:
+def _window_attrs(
+    node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...], pool: bool = False
+) -> None:
     """Normalise strides/pads/dilations/auto_pad into explicit per-axis lists."""
     nd = len(kernel)
     strides = list(node.attr("strides") or [1] * nd)
@@ -23,7 +25,12 @@ def _window_attrs(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...])
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         for i in range(nd):
             out = -(-spatial[i] // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i])
+            # ORT sizes a pool's SAME pads by the undilated kernel (the spec: the dilated one)
+            span = kernel[i] if pool else (kernel[i] - 1) * dilations[i] + 1
+            total = (out - 1) * strides[i] + span - spatial[i]
+            if total < 0 and pool:  # ORT pads by C's rounding toward zero or refuses
+                fail(node, f"SAME padding below zero ({total}): kernel smaller than stride")
+            total = max(0, total)
             small, big = total // 2, total - total // 2
             pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
     elif auto_pad == "VALID":
@@ -55,7 +62,7 @@ def _pool_normalize(node: Node) -> None:
     # shared by MaxPool, AveragePool and LpPool: an attribute the op lacks means "off"
     if node.attrs.get("storage_order"):
         fail(node, "storage_order=1")
-    _window_attrs(node, x.shape[2:], tuple(node.attr("kernel_shape")))
+    _window_attrs(node, x.shape[2:], tuple(node.attr("kernel_shape")), pool=True)
     node.attrs["ceil_mode"] = int(node.attrs.get("ceil_mode", 0))
     node.attrs["count_include_pad"] = int(node.attrs.get("count_include_pad", 0))
 

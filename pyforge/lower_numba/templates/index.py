@@ -213,7 +213,13 @@ def topk_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     src = kb.tensor(x.name)
     j, m, rank, vj, vm = (kb.tmp(p) for p in ("j", "mm", "rank", "vj", "vm"))
     val, pos = kb.tmp(), kb.tmp("pos")
-    cmp = ">" if node.attrs["largest"] else "<"
+    # NaN ranks above +inf, ties go to the lower index (as ORT and the reference order them)
+    a_, b_ = (vm, vj) if node.attrs["largest"] else (vj, vm)
+    before = f"{a_} > {b_}"
+    tie = f"{vm} == {vj}"
+    if x.dtype.kind == "f":
+        before += f" or ({a_} != {a_} and {b_} == {b_})"
+        tie = f"({tie} or ({vm} != {vm} and {vj} != {vj}))"
     kb.emit(f"{val} = {src}[{base}]")
     kb.emit(f"{pos} = 0")
     kb.emit(f"for {j} in range({L}):")
@@ -221,7 +227,7 @@ def topk_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     kb.emit(f"{rank} = 0", 1)
     kb.emit(f"for {m} in range({L}):", 1)
     kb.emit(f"{vm} = {src}[{base} + {m} * {S}]", 2)
-    kb.emit(f"if {vm} {cmp} {vj} or ({vm} == {vj} and {m} < {j}):", 2)
+    kb.emit(f"if {before} or ({tie} and {m} < {j}):", 2)
     kb.emit(f"{rank} += 1", 3)
     kb.emit(f"if {rank} == {coords[a]}:", 1)
     kb.emit(f"{val} = {vj}", 2)

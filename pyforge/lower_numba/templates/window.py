@@ -7,7 +7,7 @@ import numpy as np
 from ...ir import Node
 from ..emit import KernelBuilder, type_name
 from ..registry import lowering
-from ..scalar import lit
+from ..scalar import _nan_max, lit
 from .geometry import nc_oh_ow, spatial2d, window2d
 
 
@@ -32,13 +32,28 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
     acc, cnt = kb.tmp("acc"), kb.tmp("cnt")
     ih0, iw0, ih, iw = kb.tmp("h"), kb.tmp("w"), kb.tmp("ih"), kb.tmp("iw")
     is_max = op == "MaxPool"
+    clamp = (
+        is_max
+        and [dh, dw] == [1, 1]
+        and not node.attrs.get("ceil_mode", 0)
+        and max(pads[0], pads[2]) < kh
+        and max(pads[1], pads[3]) < kw
+    )
     kb.emit(f"{ih0} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')}")
     kb.emit(f"{iw0} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')}")
-    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
+    # float16 is stored only: its taps are compared as float32
+    tap = (lambda a: f"{t}({a})") if x.dtype == np.float16 else (lambda a: a)
+    first = tap(f"{src}[{addr(f'min(max({ih0}, 0), {H} - 1)', f'min(max({iw0}, 0), {W} - 1)')}]")
+    kb.emit(f"{acc} = {first if clamp else lit(np.nan if is_max else 0, t)}")
     kb.emit(f"{cnt} = 0")
     KH, KW = kb.int_param(kh, "KH"), kb.int_param(kw, "KW")
     DH, DW = kb.int_param(dh, "DH"), kb.int_param(dw, "DW")
-    ky, kx = kb.tmp("ky"), kb.tmp("kx")
+    ky, kx, v = kb.tmp("ky"), kb.tmp("kx"), kb.tmp("v")
+    # NaN as ORT and the reference agree: with stride and dilation 1 a NaN tap is dropped
+    # (NaN only if every tap is); otherwise a NaN first tap stays, later ones are dropped
+    unit = [sh, sw, dh, dw] == [1, 1, 1, 1]
+    keep = f"{acc} != {acc}" if unit else f"{cnt} == 0"
+    nan_max = f"{acc} = {v} if {v} > {acc} or {keep} else {acc}"
     kb.emit(f"for {ky} in range({KH}):")
     kb.emit(f"{ih} = {ih0} + {ky} * {DH}", 1)
     if op == "AveragePool" and node.attrs["count_include_pad"]:
@@ -50,30 +65,32 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
         kb.emit(f"{cnt} += 1", 3)
         kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:", 3)
         kb.emit(f"{acc} += {src}[{addr(ih, iw)}]", 4)
-    elif (
-        is_max
-        and [dh, dw] == [1, 1]
-        and not node.attrs.get("ceil_mode", 0)
-        and max(pads[0], pads[2]) < kh
-        and max(pads[1], pads[3]) < kw
-    ):
+    elif clamp:
         # a tap outside the image reads the nearest edge element instead: with dilation 1, no
         # ceil mode and pads under the kernel size, every window starts and ends on the image,
         # so that element is in the same window and the max is unchanged; the window loops
-        # then have no branch (ResNet-50's pool: 1.34 -> 1.17 ms on the cpu, log row 39)
-        kb.emit(f"{ih} = min(max({ih}, 0), {H} - 1)", 1)
-        kb.emit(f"for {kx} in range({KW}):", 1)
-        kb.emit(f"{iw} = min(max({iw0} + {kx}, 0), {W} - 1)", 2)
-        kb.emit(f"{acc} = max({acc}, {src}[{addr(ih, iw)}])", 2)
+        # then have no branch (ResNet-50's pool: 1.34 -> 1.17 ms on the cpu, log row 39).
+        # The first tap starts the max; a NaN one is looked past again at stride 1
+        for d, body in ((0, f"{acc} = {v} if {v} > {acc} else {acc}"), (1, nan_max)):
+            if d and not unit:
+                break
+            if d:
+                kb.emit(f"if {acc} != {acc}:")
+                kb.emit(f"for {ky} in range({KH}):", 1)
+            kb.emit(f"{ih} = min(max({ih0} + {ky}, 0), {H} - 1)", d + 1)
+            kb.emit(f"for {kx} in range({KW}):", d + 1)
+            kb.emit(f"{iw} = min(max({iw0} + {kx}, 0), {W} - 1)", d + 2)
+            kb.emit(f"{v} = {tap(f'{src}[{addr(ih, iw)}]')}", d + 2)
+            kb.emit(body, d + 2)
     else:
         kb.emit(f"if {ih} >= 0 and {ih} < {H}:", 1)
         kb.emit(f"for {kx} in range({KW}):", 2)
         kb.emit(f"{iw} = {iw0} + {kx} * {DW}", 3)
         kb.emit(f"if {iw} >= 0 and {iw} < {W}:", 3)
-        v = f"{src}[{addr(ih, iw)}]"
+        kb.emit(f"{v} = {tap(f'{src}[{addr(ih, iw)}]')}", 4)
         if op == "LpPool":
-            v = f"math.pow(abs({v}), {lit(node.attrs['p'], t)})"
-        kb.emit(f"{acc} = max({acc}, {v})" if is_max else f"{acc} += {v}", 4)
+            kb.emit(f"{v} = math.pow(abs({v}), {lit(node.attrs['p'], t)})", 4)
+        kb.emit(nan_max if is_max else f"{acc} += {v}", 4)
         kb.emit(f"{cnt} += 1", 4)
     if op == "LpPool":
         kb.emit(f"{acc} = math.pow({acc}, {lit(1 / node.attrs['p'], t)})")
@@ -89,7 +106,8 @@ def global_reduce(node: Node, kb: KernelBuilder, hw: str, at) -> str:
     is_max = node.op.startswith("GlobalMaxPool")
     kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
     kb.emit(f"for {j} in range({hw}):")
-    kb.emit(f"{acc} = max({acc}, {at(j)})" if is_max else f"{acc} += {at(j)}", 1)
+    # any NaN makes the max NaN, as in the reference (np.max) and ORT for an all-NaN plane
+    kb.emit(f"{acc} = {_nan_max(acc, at(j))}" if is_max else f"{acc} += {at(j)}", 1)
     if not is_max:
         kb.emit(f"{acc} = {acc} / {t}({hw})")
     return acc

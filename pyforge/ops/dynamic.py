@@ -92,7 +92,8 @@ def _nms(node: Node, xs):
     return [np.array(found, dtype=np.int64).reshape(-1, 3)]
 
 
-register("NonZero", _nonzero, _on_host)
-register("Compress", _compress, _on_host)
-register("Unique", _unique, _on_host)
-register("NonMaxSuppression", _nms, _on_host)
+# every input is needed before a plan exists: they never reach lowering
+register("NonZero", _nonzero, _on_host, const_inputs=(0,))
+register("Compress", _compress, _on_host, const_inputs=(0, 1))
+register("Unique", _unique, _on_host, const_inputs=(0,))
+register("NonMaxSuppression", _nms, _on_host, const_inputs=(0, 1, 2, 3, 4))

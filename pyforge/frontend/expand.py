@@ -193,7 +193,7 @@ def schema_attributes(node: onnx.NodeProto, opset: int) -> dict[str, onnx.Attrib
     return found
 
 
-def _renamed_graph(g: onnx.GraphProto, rename: dict[str, str]) -> onnx.GraphProto:
+def renamed_graph(g: onnx.GraphProto, rename: dict[str, str]) -> onnx.GraphProto:
     """A copy of subgraph ``g`` whose references to outer names follow ``rename``."""
     g2 = onnx.GraphProto()
     g2.CopyFrom(g)
@@ -204,7 +204,7 @@ def _renamed_graph(g: onnx.GraphProto, rename: dict[str, str]) -> onnx.GraphProt
         n.input[:] = [outer.get(i, i) for i in n.input]
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                a.g.CopyFrom(_renamed_graph(a.g, outer))
+                a.g.CopyFrom(renamed_graph(a.g, outer))
     for o in g2.output:
         o.name = outer.get(o.name, o.name)
     return g2
@@ -245,7 +245,7 @@ def inline_function(
             elif a.type == onnx.AttributeProto.GRAPH:
                 a2 = onnx.AttributeProto()
                 a2.CopyFrom(a)
-                a2.g.CopyFrom(_renamed_graph(a.g, rename))
+                a2.g.CopyFrom(renamed_graph(a.g, rename))
                 new.attribute.append(a2)
             else:
                 new.attribute.append(a)

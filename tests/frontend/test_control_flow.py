@@ -2,6 +2,7 @@
 refuse with an error naming node, op and why."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -251,10 +252,18 @@ def _counting_body():
     return body_graph(nodes, ["a"], ["c_out", "a2"])
 
 
-def test_loop_with_a_run_time_trip_count_is_refused():
+def test_loop_with_a_run_time_trip_count_runs_in_stages():
+    # the trip count is read at each run, and the unrolled rest compiled per value
     model = loop_model(_counting_body(), 3, True, [("a", [2, 3])], 0, None, [[2, 3]], True)
-    with pytest.raises(UnsupportedOperatorError, match="loop0.*trip count.*run time"):
-        pyforge.compile(model, target="cpu")
+    compiled = pyforge.compile(model, target="cpu")
+    assert "trip count" in compiled.stats["stages"]["cut at"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for m in (2, 4, 2):
+        feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32)}
+        feeds |= {"a": rng.standard_normal((2, 3)).astype(np.float32), "M": np.array(m, np.int64)}
+        np.testing.assert_allclose(compiled.predict(feeds), sess.run(None, feeds)[0], rtol=1e-6)
+    assert compiled.stats["stages"]["rest plans held"] == 2
 
 
 def test_loop_with_a_run_time_condition_is_refused():

@@ -11,7 +11,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..expand import Builder, _renamed_graph, expands
+from ...errors import DataDependentError
+from ..expand import Builder, expands, renamed_graph
 
 MAX_ITERATIONS = 4096  # unrolled iterations of one Loop or Scan; more is refused
 
@@ -34,7 +35,7 @@ def _inline(b: Builder, g: onnx.GraphProto, bound: dict[str, str]) -> list[str]:
                 b.fail(f"node {n.name!r} ({n.op_type}) in subgraph {g.name!r} takes graph lists")
             value = helper.get_attribute_value(a)
             if a.type == onnx.AttributeProto.GRAPH:
-                value = _renamed_graph(value, env)
+                value = renamed_graph(value, env)
             if not (isinstance(value, list) and not value):  # an empty list has no ONNX type
                 attrs[a.name] = value
         outs = [b.fresh(o) if o else "" for o in n.output]
@@ -76,11 +77,11 @@ def _scalar(b: Builder, declared: onnx.ValueInfoProto, value, dtype) -> str:
 def _flag(b: Builder, name: str, what: str) -> bool | int:
     """The single element of a constant tensor, or a refusal naming what was not constant."""
     v = b.value(name)
-    if v.const is None:
-        b.fail(
-            f"its {what} {name!r} is computed at run time; only a constant one (after folding) "
-            "is supported, since the outputs' shapes would depend on it"
+    if v.const is None:  # compile() runs the model in stages where the name allows it
+        detail = (
+            f"its {what} {name!r} is computed at run time, and the outputs' shapes depend on it"
         )
+        raise DataDependentError(b.op_type, b.name, b.opset, detail, [name])
     if v.const.size != 1:
         b.bad(f"its {what} {name!r} has {v.const.size} elements; it must have one")
     return v.const.reshape(()).item()

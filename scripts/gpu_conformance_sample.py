@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import time
 import warnings
 
@@ -21,6 +22,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--skip-light", action="store_true")
+    ap.add_argument("--match", default=None, help="only the cases whose name matches this regex")
     ap.add_argument(
         "--float16", action="store_true", help="instead: every float16 node case (no cpu kernels)"
     )
@@ -29,6 +31,8 @@ def main() -> None:
         warnings.simplefilter("ignore")
         all_cases = {c.name: c for c in cases()}
     expected = sorted(n for n in read_expected() if all_cases[n].kind == "node")
+    if args.match:
+        expected = [n for n in expected if re.search(args.match, n)]
     sample = random.Random(0).sample(expected, min(args.n, len(expected)))
     if args.float16:
         expected = sorted(

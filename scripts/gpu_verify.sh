@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The sixth session's GPU-host checks, one part per call (each fits one 10-minute device call):
+#   bash scripts/gpu_verify.sh cuda     # gpu tests, new ops' node tests on cuda, new-shape time
+#   bash scripts/gpu_verify.sh cpu      # the 10,000-graph fuzz run and the under-load benchmark
+#   bash scripts/gpu_verify.sh corpus   # the real-model corpus on cuda
+# Run from the repository root on the device machine with the wheels of gpu-wheels.sh in .whl/.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD PYFORGE_CACHE=${PYFORGE_CACHE:-/tmp/pfcache} PYTHONUNBUFFERED=1
+step() { local t=$1; shift; echo "== $* (limit ${t}s)"; timeout "$t" "$@"; }
+NEW="attention|rnn|gru|lstm|loop|scan|test_if|nonzero|nonmax|roialign|gridsample|qlinearconv|convinteger|cumprod|lpnorm|compress|unique|softmax_cross|sce_|nllloss|center_crop"
+case "${1:-cuda}" in
+cuda)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/exec/test_gpu.py tests/exec/test_threads.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED" | tail -12
+  step 200 python3 scripts/gpu_conformance_sample.py --skip-light --n 400 --budget-s 180 --match "$NEW" 2>&1 | grep -v -i warn | tee "$OUT/conformance_new_ops_cuda.txt" | tail -25
+  step 120 python3 scripts/gpu_conformance_sample.py --n 200 --budget-s 100 2>&1 | grep -v -i warn | tee "$OUT/conformance_cuda.txt" | tail -8
+  step 150 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt"
+  ;;
+cpu)
+  nproc | tee "$OUT/cpu.txt"
+  step 330 env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds 0:10000 --jobs 15 --out "$OUT/fuzz_summary.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz.txt" | tail -25
+  step 240 python3 benchmarks/under_load.py --cores 2,3 2>&1 | grep -v -i warn | tee "$OUT/under_load.txt" | tail -25
+  ;;
+corpus)
+  step 560 python3 benchmarks/corpus.py --target cuda --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -60
+  ;;
+esac

@@ -274,6 +274,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from . import dashboard
+
+    dashboard.write_html(args.results, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -337,6 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="OUT.html", help="also write a self-contained HTML page")
     common(p)
     p.set_defaults(fn=cmd_explain)
+
+    p = sub.add_parser("dashboard", help="asv results as one self-contained HTML page")
+    p.add_argument("results", metavar="ASV_DIR", help="asv's results folder, e.g. .asv")
+    p.add_argument("-o", "--output", default="dash.html", metavar="OUT.html")
+    p.set_defaults(fn=cmd_dashboard)
     return ap
 
 

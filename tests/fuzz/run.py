@@ -1,16 +1,20 @@
 """Differential fuzzing: each generated graph through pyforge (fused, unfused) and ONNX Runtime.
 
-    python -m tests.fuzz.run --seeds 0:500 [--out DIR] [--no-minimize]
+    python -m tests.fuzz.run --seeds 0:500 [--jobs 16] [--out summary.json] [--cases DIR]
 
 A disagreement with ORT (rtol 1e-4, atol 1e-5, NaN at the same places) is judged by
 ``onnx.reference.ReferenceEvaluator``: when ORT and the reference agree it is a pyforge bug
-("mismatch"), when they disagree it is noted ("ort-ref-disagree"), not blamed on pyforge.
+("mismatch"); when they disagree with each other it is a "dispute", counted and listed apart
+and not blamed on pyforge (nor is a reference that fails on NaN/Inf input). ``--jobs N`` runs N
+worker processes, each with NUMBA_NUM_THREADS=1 and its own PYFORGE_CACHE; the run prints the
+rate, the counts and each finding's seed and minimised ops, and ``--out X.json`` holds the same.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import re
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 os.environ.setdefault(
     "PYFORGE_CACHE", os.path.join(os.path.dirname(__file__), "..", "..", ".cache")
@@ -32,11 +37,13 @@ RTOL, ATOL = 1e-4, 1e-5
 VARIANTS = ("fused", "unfused")
 # classes that fail the test: pyforge crashed, or gave an answer ORT and the reference both reject
 BUGS = ("crash", "mismatch")
+# ORT and onnx.reference disagree with each other (or the reference fails on NaN/Inf): no verdict
+DISPUTE = "dispute"
 
 
 @dataclass
 class Result:
-    cls: str  # ok | refusal | crash | mismatch | ort-ref-disagree | ort-error
+    cls: str  # ok | refusal | crash | mismatch | dispute | ort-error
     op: str = ""  # the op named by a refusal; for a finding, the ops of its minimised graph
     detail: str = ""
     variants: tuple[str, ...] = ()  # which pyforge variants showed it
@@ -168,7 +175,7 @@ def classify(model: onnx.ModelProto, feeds: dict, variants: tuple[str, ...] = VA
             results.append(_judge(model, feeds, got, want, diff, variant))
     if not results:
         return Result("ok")
-    order = ("crash", "mismatch", "ort-ref-disagree", "refusal-unnamed", "refusal")
+    order = ("crash", "mismatch", DISPUTE, "refusal-unnamed", "refusal")
     results.sort(key=lambda r: order.index(r.cls))
     first = results[0]
     first.variants = tuple(v for r in results if r.signature == first.signature for v in r.variants)
@@ -179,15 +186,23 @@ def _judge(model, feeds, got, want, diff: str, variant: str) -> Result:
     try:
         ref = run_reference(model, feeds)
     except Exception as e:  # noqa: BLE001  (the reference lacks the op: ORT alone decides)
-        return Result("mismatch", "", f"{diff} (reference failed: {e!s:.100})", (variant,), "mm")
+        detail = f"{diff} (reference failed: {e!s:.100})"
+        if _non_finite(model, feeds):  # ORT alone is no judge of NaN and Inf (FINDINGS.md)
+            return Result(DISPUTE, "", detail, (variant,), "disagree")
+        return Result("mismatch", "", detail, (variant,), "mm")
     ort_vs_ref = differ(want, ref)
     if ort_vs_ref:
         pf_vs_ref = differ(got, ref)
         detail = f"pyforge vs ORT: {diff}; ORT vs reference: {ort_vs_ref}; " + (
             "pyforge agrees with the reference" if not pf_vs_ref else f"pyforge vs ref: {pf_vs_ref}"
         )
-        return Result("ort-ref-disagree", "", detail, (variant,), "disagree")
+        return Result(DISPUTE, "", detail, (variant,), "disagree")
     return Result("mismatch", "", f"pyforge vs ORT and reference: {diff}", (variant,), "mm")
+
+
+def _non_finite(model: onnx.ModelProto, feeds: dict) -> bool:
+    arrays = list(feeds.values()) + [numpy_helper.to_array(t) for t in model.graph.initializer]
+    return any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in arrays)
 
 
 def ops_of(model: onnx.ModelProto) -> str:
@@ -201,40 +216,90 @@ def save_case(out_dir: str, stem: str, model: onnx.ModelProto, feeds: dict) -> N
 
 
 class Tally:
+    """Counts per class (and per class and op), the findings and disputes, the rate."""
+
     def __init__(self):
         self.graphs = 0
         self.by_class: collections.Counter = collections.Counter()
         self.by_class_op: collections.Counter = collections.Counter()
+        self.findings: list[dict] = []  # crash and mismatch rows, in seed order at the end
+        self.disputes: list[dict] = []
         self.t0 = time.perf_counter()
 
-    def add(self, res: Result) -> None:
+    def add(self, row: dict) -> None:
         self.graphs += 1
-        self.by_class[res.cls] += 1
-        if res.cls != "ok":
-            self.by_class_op[(res.cls, res.op or "?")] += 1
+        self.by_class[row["cls"]] += 1
+        if row["cls"] != "ok":
+            self.by_class_op[(row["cls"], row["op"] or "?")] += 1
+        if row["cls"] in BUGS:
+            self.findings.append(row)
+        elif row["cls"] == DISPUTE:
+            self.disputes.append(row)
+
+    def rate(self) -> tuple[float, float]:
+        dt = time.perf_counter() - self.t0
+        return dt, self.graphs / max(dt, 1e-9)
 
     def table(self) -> str:
-        dt = time.perf_counter() - self.t0
+        dt, rate = self.rate()
+        n = self.by_class
         lines = [
-            f"graphs {self.graphs} in {dt:.0f} s: {self.graphs / max(dt, 1e-9):.2f} graphs/s",
+            f"graphs {self.graphs} in {dt:.0f} s: {rate:.2f} graphs/s",
+            f"crashes {n['crash']}  mismatches {n['mismatch']}  disputes {n[DISPUTE]}"
+            + (f"  harness errors {n['harness-error']}" if n["harness-error"] else ""),
             "class              count",
         ]
-        lines += [f"{c:18} {n}" for c, n in self.by_class.most_common()]
+        lines += [f"{c:18} {k}" for c, k in n.most_common()]
         lines.append("class              op                                   count")
-        for (c, op), n in sorted(self.by_class_op.items(), key=lambda x: (x[0][0], -x[1])):
-            lines.append(f"{c:18} {op[:36]:36} {n}")
+        for (c, op), k in sorted(self.by_class_op.items(), key=lambda x: (x[0][0], -x[1])):
+            lines.append(f"{c:18} {op[:36]:36} {k}")
+        if self.findings:
+            lines.append("findings (seed: class [minimised ops] variants)")
+        for r in sorted(self.findings, key=lambda r: r["seed"]):
+            lines.append(f"  {r['seed']}: {r['cls']} [{r['op']}] {'/'.join(r['variants'])}")
         return "\n".join(lines)
 
+    def summary(self, seeds, jobs: int) -> dict:
+        import numba
+        import onnxruntime
 
-def fuzz(seeds, out_dir: str | None = None, minimize: bool = True, log=print) -> Tally:
+        dt, rate = self.rate()
+        return {
+            "seeds": f"{seeds.start}:{seeds.stop}" if isinstance(seeds, range) else list(seeds),
+            "graphs": self.graphs,
+            "seconds": round(dt, 1),
+            "graphs_per_s": round(rate, 3),
+            "jobs": jobs,
+            "counts": dict(self.by_class),
+            "crashes": self.by_class["crash"],
+            "mismatches": self.by_class["mismatch"],
+            "disputes": self.by_class[DISPUTE],
+            "by_class_op": [[c, op, k] for (c, op), k in sorted(self.by_class_op.items())],
+            "findings": sorted(self.findings, key=lambda r: r["seed"]),
+            "dispute_cases": sorted(self.disputes, key=lambda r: r["seed"]),
+            "versions": {
+                "python": sys.version.split()[0],
+                "numpy": np.__version__,
+                "numba": numba.__version__,
+                "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__,
+            },
+        }
+
+
+def fuzz(
+    seeds, out_dir: str | None = None, minimize=True, log=print, jobs: int = 1, timeout: int = 600
+) -> Tally:
+    """Run every seed (in ``jobs`` worker processes when above 1); the Tally of the results.
+    ``out_dir`` keeps each failing model (and its minimised form) and findings.jsonl; a graph
+    past ``timeout`` seconds is a crash (TimeoutError)."""
     tally = Tally()
-    seen: dict[str, str] = {}  # crash signature -> ops of its minimised graph
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
     jsonl = open(os.path.join(out_dir, "findings.jsonl"), "a") if out_dir else None  # noqa: SIM115
     try:
-        for seed in seeds:
-            _one(seed, tally, seen, out_dir, minimize, jsonl, log)
+        for row in _rows(seeds, out_dir, minimize, jobs, log, timeout):
+            _report(row, tally, jsonl, log)
     except KeyboardInterrupt:  # a long run stopped by hand still reports what it found
         log("interrupted")
     if jsonl:
@@ -242,15 +307,86 @@ def fuzz(seeds, out_dir: str | None = None, minimize: bool = True, log=print) ->
     return tally
 
 
-def _one(seed, tally, seen, out_dir, minimize, jsonl, log) -> None:
+def _rows(seeds, out_dir, minimize, jobs, log, timeout):
+    if jobs <= 1:
+        seen: dict[str, str] = {}
+        for seed in seeds:
+            yield run_seed(seed, out_dir, minimize, seen, log, timeout)
+        return
+    import multiprocessing as mp
+
+    # set before the workers import numpy, numba and ORT: one thread each, jobs processes
+    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked ORT or Numba threads
+    init = (_worker_init, (os.environ["PYFORGE_CACHE"], out_dir, minimize, timeout))
+    # a new worker now and then: each graph's Numba kernels stay in memory
+    with ctx.Pool(jobs, *init, maxtasksperchild=200) as pool:
+        try:
+            yield from pool.imap_unordered(_worker_seed, seeds, chunksize=1)
+        except KeyboardInterrupt:
+            pool.terminate()
+            raise
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(base: str, out_dir, minimize: bool, timeout: int) -> None:
+    """Each live worker holds its own kernel cache, kept across runs (warm the next time): the
+    first of base/fuzz-workerK whose lock file no live worker holds."""
+    import fcntl
+
+    os.makedirs(base, exist_ok=True)
+    for k in itertools.count():
+        fd = os.open(os.path.join(base, f"fuzz-worker{k}.lock"), os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when this process ends
+        except OSError:
+            os.close(fd)
+            continue
+        _WORKER["lock"] = fd
+        os.environ["PYFORGE_CACHE"] = os.path.join(base, f"fuzz-worker{k}")
+        break
+    warnings.simplefilter("ignore")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool
+    _WORKER.update(out_dir=out_dir, minimize=minimize, timeout=timeout, seen={})
+
+
+def _worker_seed(seed: int) -> dict:
+    w = _WORKER
+    return run_seed(seed, w["out_dir"], w["minimize"], w["seen"], lambda msg: None, w["timeout"])
+
+
+def _timeout(signum, frame):
+    raise TimeoutError("graph took longer than --timeout")
+
+
+def run_seed(seed: int, out_dir, minimize: bool, seen: dict, log, timeout: int = 600) -> dict:
+    """Generate, classify and (for a finding or dispute) minimise one seed: its result row."""
+    t0 = time.perf_counter()
+    signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(timeout)
+    try:
+        row = _run_seed(seed, out_dir, minimize, seen, log)
+    except Exception as e:  # noqa: BLE001  (the harness itself failed: count it, go on)
+        detail = f"{type(e).__name__}: {e!s:.300} at {_where(e)}"
+        row = dict(seed=seed, cls="harness-error", op="", variants=[], detail=detail, nodes=0)
+    finally:
+        signal.alarm(0)
+    row["seconds"] = round(time.perf_counter() - t0, 2)
+    return row
+
+
+def _run_seed(seed: int, out_dir, minimize: bool, seen: dict, log) -> dict:
     from .gen import generate
     from .minimize import minimize as shrink
 
     case = generate(seed)
     res = _classify_waiting(case, log)
-    if res.cls in ("crash", "mismatch", "ort-ref-disagree", "ort-error"):
+    small = case.model
+    if res.cls in ("crash", "mismatch", DISPUTE, "ort-error"):
         key = f"{res.signature}:{res.extra.get('norm', '')}"
-        small = case.model
         if res.cls == "crash" and key in seen:
             res.op = seen[key]
         elif minimize and res.cls != "ort-error":
@@ -263,13 +399,24 @@ def _one(seed, tally, seen, out_dir, minimize, jsonl, log) -> None:
             res.op = ops_of(case.model)
         if out_dir:
             save_case(out_dir, f"seed{seed}", case.model, case.feeds)
-        log(f"seed {seed}: {res.cls} [{res.op}] {'/'.join(res.variants)}: {res.detail[:300]}")
+    return dict(
+        seed=seed,
+        cls=res.cls,
+        op=res.op,
+        variants=list(res.variants),
+        detail=res.detail[:600],
+        nodes=len(small.graph.node),
+    )
+
+
+def _report(row: dict, tally: Tally, jsonl, log) -> None:
+    tally.add(row)
+    if row["cls"] not in ("ok", "refusal", "refusal-unnamed"):
+        variants = "/".join(row["variants"])
+        log(f"seed {row['seed']}: {row['cls']} [{row['op']}] {variants}: {row['detail'][:300]}")
         if jsonl:
-            row = dict(seed=seed, cls=res.cls, op=res.op, variants=res.variants)
-            row.update(detail=res.detail, nodes=len(small.graph.node))
             jsonl.write(json.dumps(row) + "\n")
             jsonl.flush()
-    tally.add(res)
     if tally.graphs % 100 == 0:
         log(tally.table().splitlines()[0])
 
@@ -293,16 +440,23 @@ def parse_seeds(text: str) -> range:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0:100", help="start:stop")
-    ap.add_argument("--out", default=None, help="directory for failing models and findings.jsonl")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--out", default=None, help="the JSON summary (a path ending .json)")
+    ap.add_argument("--cases", default=None, help="directory for failing models, findings.jsonl")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per graph (a crash past it)")
     ap.add_argument("--no-minimize", action="store_true")
     args = ap.parse_args(argv)
+    if args.out and not args.out.endswith(".json"):
+        ap.error("--out names the JSON summary (X.json); --cases DIR keeps the models")
     warnings.simplefilter("ignore")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill PID: stop, then report
-    tally = fuzz(parse_seeds(args.seeds), args.out, not args.no_minimize, log=_log)
+    seeds = parse_seeds(args.seeds)
+    tally = fuzz(seeds, args.cases, not args.no_minimize, _log, args.jobs, args.timeout)
     print(tally.table())
     if args.out:
-        with open(os.path.join(args.out, "summary.txt"), "w") as f:
-            f.write(tally.table() + "\n")
+        with open(args.out, "w") as f:
+            json.dump(tally.summary(seeds, args.jobs), f, indent=1)
+        print(f"summary {args.out}")
     return 1 if any(tally.by_class[c] for c in BUGS) else 0
 
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,13 +68,8 @@ def _mib(n: int) -> str:
     return f"{n / MiB:.2f} MiB" if n >= MiB // 10 else f"{n:,} B"
 
 
-def _kernel_path(model: Any, key: str) -> str:
-    paths = getattr(model.runtime, "kernel_paths", {}) or {}
-    return paths.get(key, "(source not loaded on this target)")
-
-
 def step_parts(step: Step) -> list[tuple[str, str, str]]:
-    """(what, kernel key or "", label) for each launch in a step: a kernel, or a GEMM with the
+    """(what, kernel key or "", label) for each part of a step: a kernel, or a GEMM with the
     kernels fused before and after it."""
     if isinstance(step, KernelStep):
         return [("kernel", step.kernel, step.label)]
@@ -85,17 +81,38 @@ def step_parts(step: Step) -> list[tuple[str, str, str]]:
     return parts
 
 
-def step_lines(model: Any) -> list[tuple[int, str, str, str]]:
-    """(step index, launch kind, label, generated source path or BLAS) for every launch."""
-    loaded = getattr(model.runtime, "kernel_paths", {}) or {}
+def step_lines(model: Any) -> list[tuple[int, str, str, str, str]]:
+    """(step index, part, label, what runs it, its source file or "") for every part of every
+    step, as the runtime bound it: the GEMM's implementation (pyforge sgemm, OpenBLAS,
+    cuBLASLt and its algorithm) and generated driver, each kernel's file, or where a part the
+    runtime does not launch on its own is done instead."""
+    rt = model.runtime
+    loaded = getattr(rt, "kernel_paths", {})
+    impls, drivers = getattr(rt, "gemm_impls", {}), getattr(rt, "driver_paths", {})
     out = []
     for i, step in enumerate(model.plan.steps):
         fallback = getattr(step, "fallback", None)
         for what, key, label in step_parts(step):
-            if what == "gemm" and fallback is not None and fallback.kernel in loaded:
-                key = fallback.kernel  # a runtime without cuBLASLt ran the plain GEMM kernel
-            out.append((i, what, label, _kernel_path(model, key) if key else "BLAS"))
+            if what == "gemm":
+                path = drivers.get(i, "")
+                if fallback is not None and fallback.kernel in loaded:
+                    path = loaded[fallback.kernel]  # a runtime without cuBLASLt: the plain kernel
+                impl = impls.get(i, "GEMM")
+                out.append((i, what, label, f"{impl}{', driver' if i in drivers else ''}", path))
+            elif key in loaded:
+                out.append((i, what, label, "kernel", loaded[key]))
+            else:  # bound into the GEMM call: the driver's own im2col or the GEMM's store
+                where = "in the GEMM's store" if what == "epilogue" else "in the GEMM driver"
+                out.append((i, what, label, f"{where} (no launch)", ""))
     return out
+
+
+def _source(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        return f"(cannot read {path}: {e.strerror})"
 
 
 def memory_summary(stats: dict) -> str:
@@ -124,12 +141,15 @@ def report(model: Any) -> str:
     for g in gs:
         ops = " + ".join(op for op, _ in g.members)
         lines.append(f"  [{g.index:3d}] {g.name:<34} {ops}  -> {list(g.shape)}")
+    parts = step_lines(model)
     lines.append(
         f"\n== steps ({len(plan.steps)} steps, {stats['launches']} launches per inference, "
-        f"{len(plan.kernels)} distinct kernels; sources for {model.target})"
+        f"{len({p for *_, p in parts if p})} distinct kernel and driver sources on {model.target})"
     )
-    for i, what, label, where in step_lines(model):
-        lines.append(f"  {i:4d} {what:<8} {_short(label, 40):<40} {where}")
+    home = os.path.expanduser("~")
+    for i, what, label, how, path in parts:
+        path = "~" + path[len(home) :] if path.startswith(home + os.sep) else path
+        lines.append(f"  {i:4d} {what:<8} {_short(label, 40):<40} {how}  {path}".rstrip())
     lines.append(f"\n== memory plan ({len(d['buffers'])} arena tensors)")
     lines.append(f"  {'tensor':<36} {'bytes':>12} {'live steps':>12} {'offset':>12}")
     for name, size, first, last, off in sorted(d["buffers"], key=lambda b: (b[2], b[4])):
@@ -304,6 +324,7 @@ svg .sub{fill:#556} svg .dim{fill:#778} svg .mem{font-size:10.5px}
 .edge{fill:none;stroke:#667;stroke-width:1.2}
 .plot{fill:#fff;stroke:#99a} .buf{stroke:#334;stroke-width:.4}
 .live{fill:none;stroke:#000;stroke-width:1.2}
+pre{font:11px ui-monospace,monospace;max-height:40em;overflow:auto;background:#f6f6f8}
 .arena{stroke:#c22;stroke-width:1.5} .low{stroke:#26c;stroke-width:1.5;stroke-dasharray:6 4}
 svg .arenat{fill:#c22} svg .lowt{fill:#26c} svg .tick{fill:#556}
 """
@@ -335,9 +356,14 @@ def html_page(model: Any, title: str = "pyforge explain") -> str:
         for n, s, a, b, o in sorted(d["buffers"], key=lambda b: (b[2], b[4]))
     )
     step_rows = "".join(
-        f"<tr><td class=n>{i}</td><td>{_esc(what)}</td><td>{_esc(label)}</td>"
-        f"<td>{_esc(where)}</td></tr>"
-        for i, what, label, where in step_lines(model)
+        f"<tr><td class=n>{i}</td><td>{_esc(what)}</td><td>{_esc(label)}</td><td>{_esc(how)}"
+        + (
+            f"<details><summary>{_esc(path)}</summary><pre>{_esc(_source(path))}</pre></details>"
+            if path
+            else ""
+        )
+        + "</td></tr>"
+        for i, what, label, how, path in step_lines(model)
     )
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{_esc(title)}</title><style>{CSS}</style></head>
@@ -357,7 +383,8 @@ groups), {stats["launches"]} launches per inference on {_esc(model.target)}.
 Each box is one fused group: its anchor op, output shape, plan steps, then its member ops.</p>
 <div class="scroll">{graph_svg(gs)}</div>
 <h2>Steps and generated kernels</h2>
-<table><tr><th>step</th><th>launch</th><th>label</th><th>source</th></tr>{step_rows}</table>
+<table><tr><th>step</th><th>part</th><th>label</th><th>run by (click for the source)</th></tr>
+{step_rows}</table>
 <h2>Memory plan</h2>
 <table><tr><th>tensor</th><th>bytes</th><th>live steps</th><th>offset</th></tr>{buf_rows}</table>
 </body></html>

@@ -24,7 +24,8 @@ TARGETS = ("cpu", "cuda")
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: called as each compile stage starts (done=0) and ends
-(done=total); "passes" also after each pass. Stages: import, passes, lowering, plan, bind."""
+(done=total); "passes" also after each pass, "bind" and "jit" after each step. Stages: import,
+passes, lowering, plan, bind, jit."""
 
 # the values each option takes: a tuple of choices, bool, or a (pattern, example) pair
 _BOOL = (True, False)

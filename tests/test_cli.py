@@ -105,9 +105,11 @@ def test_usage_errors_exit_2(capsys):
 def test_compile_shows_each_stage_on_stderr(tmp_path, capsys):
     assert main(["compile", "mlp", "-o", str(tmp_path / "p"), "--target", "cpu"]) == 0
     err = capsys.readouterr().err
-    for k, stage in enumerate(["import", "passes", "lowering", "plan", "bind"], start=1):
-        assert f"[{k}/5] {stage}" in err, err
-    assert "JIT-compile" in err
+    for k, stage in enumerate(["import", "passes", "lowering", "plan", "bind", "jit"], start=1):
+        assert f"[{k}/6] {stage}" in err, err
+    # the counts of steps bound and JIT-compiled end at the plan's step count (mlp: 3)
+    assert "bind: 3/3 steps bound" in err and "jit: 3/3 steps JIT-compiled" in err, err
+    assert err.index("[5/6] bind") < err.index("bind: 3/3") < err.index("[6/6] jit")
 
 
 def test_an_option_the_cpu_does_not_take_is_a_one_line_error(tmp_path, capsys):

@@ -227,7 +227,7 @@ def bind_blas_step(
         residual=residual,
         itemsize=dtype.itemsize,
     )
-    driver, _ = load_kernel(source, "cpu")
+    driver, path = load_kernel(source, "cpu")
     # a driver loaded from Numba's disk cache calls its parallel kernels' compiled code directly,
     # and that code needs Numba's thread pool: nothing starts the pool when no parallel kernel was
     # called from Python first (a segfault on the first conv). get_num_threads() starts it.
@@ -235,7 +235,9 @@ def bind_blas_step(
     g = _sizes(step)
     alpha, beta = dtype.type(step.alpha), dtype.type(0)
     args = tuple(values)
-    return lambda: driver(gemm, threads, g, alpha, beta, parts, *args)
+    call = lambda: driver(gemm, threads, g, alpha, beta, parts, *args)
+    call.source_path = path  # what explain shows for the step
+    return call
 
 
 def _part_calls(

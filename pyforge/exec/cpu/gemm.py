@@ -12,7 +12,7 @@ import numpy as np
 
 from ..kernels import sequence
 from ..steps import GemmStep, KernelStep
-from .blas import bind_blas_step
+from .blas import _blas, _loaded_libraries, bind_blas_step
 from .own import bind_own_step
 
 
@@ -26,21 +26,26 @@ def choose_gemm(
     *,
     own_gemm: bool,
     fused_steps: bool,
-) -> tuple[Callable[[], None], int]:
-    """(one callable running the step, launches it counts as).
+) -> tuple[Callable[[], None], int, str]:
+    """(one callable running the step, launches it counts as, the GEMM implementation's name).
 
     ``bound(kernel_step)`` is (module name, dispatcher, n, args) for a driver to call the kernel
     itself; ``kernel(kernel_step)`` the kernel as a bound Python call. ``constants`` names the
     weight slots own sgemm packs once, ``shared`` its scratch (own.shared_scratch)."""
     if fused_steps:
         driver = bind_own_step(step, views, bound, constants, shared) if own_gemm else None
-        driver = driver or bind_blas_step(step, views, bound)
         if driver is not None:
-            return driver, 1
+            return driver, 1, "pyforge sgemm (AVX2)"
+        driver = bind_blas_step(step, views, bound)
+        if driver is not None:
+            dtype = views[step.d].dtype
+            gemv = step.m == 1 and _blas(dtype)[1] is not None
+            lib = "OpenBLAS" if any("openblas" in p for p in _loaded_libraries()) else "CBLAS"
+            return driver, 1, f"{lib} {'sd'[dtype.itemsize == 8]}{'gemv' if gemv else 'gemm'}"
     parts = [kernel(step.prologue)] if step.prologue else []
     parts.append(bind_matmul(step, views))
     parts += [kernel(step.epilogue)] if step.epilogue else []
-    return sequence(parts), len(parts)
+    return sequence(parts), len(parts), "numpy matmul"
 
 
 def strided(

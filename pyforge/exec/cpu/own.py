@@ -159,7 +159,7 @@ def bind_own_step(
         epilogue=calls["epilogue"],
         **{f: getattr(sg, f) for f in ("L_BASE", "C_BASE", "RES_BASE", "R_BASE")},
     )
-    driver, _ = load_kernel(source, "cpu")
+    driver, path = load_kernel(source, "cpu")
     parts = numba.get_num_threads()  # also starts Numba's thread pool (see blas)
     key = ("work", parts)
     if key not in shared:
@@ -171,7 +171,9 @@ def bind_own_step(
     args = (parts, g, d, views[step.a], lp, r, koff, phases, views[step.d], bias, res)
     args += (shared[key],)
     args += (rw, shared["qbuf"], x, cin, beta, *values)
-    return lambda: driver(*args)
+    call = lambda: driver(*args)
+    call.source_path = path  # what explain shows for the step
+    return call
 
 
 def _operands(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -42,9 +43,12 @@ class CpuRuntime:
         fused_steps: bool = True,
         own_gemm: bool = True,
         max_concurrency: int = 2,
+        progress: Callable[[str, int, int], None] | None = None,
     ):
         """``fused_steps=False`` runs every GEMM step as prologue, numpy matmul, epilogue;
-        ``own_gemm=False`` keeps float32 GEMMs off pyforge's own sgemm (CBLAS drivers instead)."""
+        ``own_gemm=False`` keeps float32 GEMMs off pyforge's own sgemm (CBLAS drivers instead).
+        ``progress(stage, done, total)`` is called as each step is bound ("bind") and as each
+        runs once so that Numba compiles its kernels ("jit")."""
         if precision != "fp32":
             raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
         halves = [n for n in _step_tensors(plan) if np.dtype(plan.slots[n].dtype) == np.float16]
@@ -57,9 +61,11 @@ class CpuRuntime:
         self.kernel_paths: dict[str, str] = {}
         self._options = {"own_gemm": own_gemm, "fused_steps": fused_steps}
         self._packed: dict = {}  # own sgemm's packed weights, one copy for every context
-        first = _CpuContext(self)
+        first = _CpuContext(self, progress)
         self.arena, self.views, self.calls = first.arena, first.views, first.calls
         self.launches = first.launches
+        self.gemm_impls, self.driver_paths = first.gemm_impls, first.driver_paths
+        self.jit_seconds = first.warm_up(progress)
         if max_concurrency > 1 and _workqueue_only():
             max_concurrency = 1  # that threading layer aborts on parallel regions run at once
         self.pool = ContextPool(lambda: _CpuContext(self), max_concurrency, first)
@@ -72,26 +78,33 @@ class CpuRuntime:
 class _CpuContext:
     """One arena with every step bound to it: what one ``predict`` at a time runs in."""
 
-    def __init__(self, rt: CpuRuntime) -> None:
+    def __init__(self, rt: CpuRuntime, progress: Callable | None = None) -> None:
         plan = rt.plan
         self.rt, self.plan = rt, plan
-        self.arena = np.empty(max(plan.arena_bytes, 1), np.uint8)
+        # zeroed: the bind-time warm-up runs every step on it before any input exists
+        self.arena = np.zeros(max(plan.arena_bytes, 1), np.uint8)
         self.views = flat_views(plan, self.arena, plan.weights)
         self.calls: list[Callable[[], None]] = []
         self.launches = 0
+        self.gemm_impls: dict[int, str] = {}  # step index -> the GEMM implementation bound
+        self.driver_paths: dict[int, str] = {}  # step index -> its generated driver's file
         self._no_errors = np.zeros(1, np.int32)  # cuda's error word; cpu kernels raise instead
         constants = frozenset(n for n, s in plan.slots.items() if s.region != "arena")
         shared = shared_scratch(plan.steps)  # reused by every GEMM step (one runs at a time)
         shared["packed"] = rt._packed
-        for step in plan.steps:
+        for i, step in enumerate(plan.steps):
             if isinstance(step, GemmStep):
-                call, launches = choose_gemm(
+                call, launches, self.gemm_impls[i] = choose_gemm(
                     step, self.views, self._bound, self._kernel, constants, shared, **rt._options
                 )
+                if getattr(call, "source_path", None):
+                    self.driver_paths[i] = call.source_path
             else:
                 call, launches = self._kernel(step), 1
             self.calls.append(call)
             self.launches += launches
+            if progress is not None:
+                progress("bind", i + 1, len(plan.steps))
 
     def _bound(self, step: KernelStep) -> tuple[str, Callable, int, tuple]:
         """(module name, compiled kernel, n, arguments) of a kernel step."""
@@ -107,6 +120,21 @@ class _CpuContext:
     def _kernel(self, step: KernelStep) -> Callable[[], None]:
         _, fn, n, args = self._bound(step)
         return _kernel_call(fn, np.int64(n), args)
+
+    def warm_up(self, progress: Callable[[str, int, int], None] | None) -> float:
+        """Run every step once on the zeroed arena, so Numba compiles (or loads from its disk
+        cache) each kernel and driver here, not in the first predict; the seconds it took."""
+        t0, total = time.perf_counter(), len(self.calls)
+        if progress is not None:
+            progress("jit", 0, total)
+        for i, call in enumerate(self.calls):
+            try:
+                call()
+            except Exception:  # noqa: BLE001, S110  (zeros may divide by zero: compiled by now)
+                pass
+            if progress is not None:
+                progress("jit", i + 1, total)
+        return time.perf_counter() - t0
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, arr in feeds.items():

@@ -93,7 +93,9 @@ def _lt_gemm(rt: CudaContext, g: GemmStep) -> tuple[Callable[[], None], bool]:
     cc, d = pointer(views[c]), pointer(views[g.d])
     bp = pointer(views[bias]) if bias else 0
     ws, handle = pointer(rt.workspace), rt.stream_handle
-    return (lambda: lt.run(a, b, cc, d, bp, ws, handle)), folded
+    call = lambda: lt.run(a, b, cc, d, bp, ws, handle)
+    call.lt = lt  # explain names its algorithm
+    return call, folded
 
 
 def _gemm_precision(rt: CudaContext, g: GemmStep) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -73,13 +74,14 @@ class CudaRuntime:
         precision: str = "fp32",
         library_epilogues: bool = True,
         max_concurrency: int = 4,
+        progress: Callable[[str, int, int], None] | None = None,
     ):
         if precision not in ("fp32", "tf32", "fp16"):
             raise ValueError(f"precision={precision!r}: use 'fp32', 'tf32' or 'fp16'")
         self.plan = plan
         weights = upload_weights(plan.weights)
         opts = {"graph": graph, "precision": precision, "library_epilogues": library_epilogues}
-        self.first = CudaContext(plan, weights, **opts)
+        self.first = CudaContext(plan, weights, progress=progress, **opts)
         self.pool = ContextPool(
             lambda: CudaContext(plan, weights, **opts), max_concurrency, self.first
         )
@@ -123,6 +125,7 @@ class CudaContext:
         graph: bool = True,
         precision: str = "fp32",
         library_epilogues: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
     ):
         self.plan = plan
         self.library_epilogues = library_epilogues
@@ -147,6 +150,7 @@ class CudaContext:
             self.views[name] = buf[s.offset : s.offset + max(s.nbytes, 0)].view(np.dtype(s.dtype))
         self.capability = _capability()
         self.kernel_paths: dict[str, str] = {}
+        self.gemm_impls: dict[int, str] = {}  # step index -> the GEMM implementation bound
         self.gemm_backend = gemm_backend(SIMULATED)
         self.workspace = (
             None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
@@ -156,7 +160,11 @@ class CudaContext:
         self.errors = cuda.to_device(np.zeros(words, np.int32), stream=self.stream)
         self._errors_host = _host_array((words,), np.dtype(np.int32))
         self._error_labels: list[str] = []
-        self.calls = [self._bind(step) for step in plan.steps]
+        self.calls = []
+        for i, step in enumerate(plan.steps):
+            self.calls.append(self._bind(i, step))
+            if progress is not None:
+                progress("bind", i + 1, len(plan.steps))
         self.host_out = {
             n: _host_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype)) for n in plan.outputs
         }
@@ -165,6 +173,16 @@ class CudaContext:
         self._event = None  # orders our stream after a device input's producer stream
         self._device_views = None
         self.stream.synchronize()
+        self.jit_seconds = 0.0  # without a graph, kernels compile in the first predict
+        if self.use_graph:  # the capture runs every kernel once anyway: compile them here
+            t0, total = time.perf_counter(), len(self.calls)
+            for k, call in enumerate([None, *self.calls]):
+                if call is not None:
+                    call()
+                if progress is not None:
+                    progress("jit", k, total)
+            self.stream.synchronize()
+            self.jit_seconds = time.perf_counter() - t0
         if self.use_graph:
             # captured at bind time: the first predict is then the same replay as every other
             # (replaying straight after a capture made inside predict gave stale outputs once)
@@ -198,11 +216,12 @@ class CudaContext:
             launch = fn[max(1, min(-(-n // THREADS), MAX_BLOCKS)), THREADS, self.stream]
         return lambda: launch(n, *bound)
 
-    def _bind(self, step: Step) -> Callable[[], None]:
+    def _bind(self, i: int, step: Step) -> Callable[[], None]:
         if isinstance(step, KernelStep):
             return self.bind_kernel(step)
         parts = [self.bind_kernel(step.prologue)] if step.prologue else []
         gemm, epilogue_done = choose_gemm(self, step)
+        self.gemm_impls[i] = _gemm_name(gemm, epilogue_done)
         parts.append(gemm)
         self.launches += self.gemm_backend != "numba"  # a fallback kernel counted itself
         self.gemm_folded += epilogue_done
@@ -339,6 +358,16 @@ class CudaContext:
             self._event = check(drv.cuEventCreate(flags))[0]
         check(drv.cuEventRecord(self._event, producer))
         check(drv.cuStreamWaitEvent(_stream_handle(self.stream), self._event, 0))
+
+
+def _gemm_name(call, folded: bool) -> str:
+    lt = getattr(call, "lt", None)
+    if lt is None:
+        return "generated GEMM kernel (no cuBLASLt)"
+    algo = f"algo {lt._algo.tobytes()[:8].hex()}"
+    if lt.algo_time_us is not None:
+        algo += f", {lt.algo_time_us:.1f} us" + (" (cached)" if lt.from_cache else " (tuned)")
+    return f"cuBLASLt {lt._key['precision']} ({algo}{', epilogue folded' if folded else ''})"
 
 
 def _error_words(plan: ExecutionPlan) -> int:

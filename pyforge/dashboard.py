@@ -35,12 +35,12 @@ def load_results(root: str | Path) -> tuple[list[dict], dict]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(2, "no such directory", str(root))
-    runs, meta = [], {}
-    for f in sorted(root.rglob("*.json")):
-        if f.name == "benchmarks.json":
-            meta.update(json.loads(f.read_text()))
-            continue
-        if f.name == "machine.json" or "html" in f.relative_to(root).parts:
+    base = root / "results" if (root / "results").is_dir() else root  # results/MACHINE/*.json
+    bench_file = base / "benchmarks.json"
+    meta = json.loads(bench_file.read_text()) if bench_file.is_file() else {}
+    runs = []
+    for f in sorted(base.glob("*/*.json")):
+        if f.name == "machine.json":
             continue
         try:
             d = json.loads(f.read_text())

@@ -42,6 +42,8 @@ def test_dashboard_marks_the_regressions(tmp_path):
     values[2, 1] *= 1.5  # ew slows down at commit 2 (then stays slow: one regression)
     values[3, 1] = values[2, 1]
     _write_results(tmp_path, values)
+    (tmp_path / "env" / "py" / "lib").mkdir(parents=True)  # a virtualenv's own JSON is no result
+    (tmp_path / "env" / "py" / "lib" / "x.json").write_text("[1]")
     assert main(["dashboard", str(tmp_path), "-o", str(tmp_path / "dash.html")]) == 0
     page = (tmp_path / "dash.html").read_text()
     assert "<script" not in page and "http" not in page.replace("http://www.w3.org/2000/svg", "")
@@ -58,10 +60,12 @@ def test_dashboard_marks_the_regressions(tmp_path):
 def test_dashboard_refuses_what_is_not_asv_results(tmp_path):
     with pytest.raises(ModelLoadError, match="no asv results"):
         dashboard.html_page(tmp_path)
-    (tmp_path / "x.json").write_text('{"a": 1}')
+    bad = tmp_path / "results" / "box" / "x.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"a": 1}')
     with pytest.raises(ModelLoadError, match=r"x\.json: not an asv result file"):
         dashboard.html_page(tmp_path)
-    (tmp_path / "x.json").write_text("{")
+    bad.write_text("{")
     with pytest.raises(ModelLoadError, match="not JSON"):
         dashboard.html_page(tmp_path)
     assert main(["dashboard", str(tmp_path / "missing"), "-o", str(tmp_path / "d.html")]) == 1

@@ -280,7 +280,7 @@ def _reference_gap(path: Path, feeds: dict, got: dict, want: dict) -> str:
             zip([o.name for o in model.graph.output], ReferenceEvaluator(model).run(None, feeds))
         )
     except Exception as e:  # noqa: BLE001  (the reference lacks some contrib ops)
-        return f"; onnx.reference fails: {type(e).__name__}"
+        return f"; onnx.reference fails: {str(e).splitlines()[0][:90]}"
     pf, rt = _compare(got, ref)[0], _compare(want, ref)[0]
     return f"; vs onnx.reference: pyforge {pf:.2g}, ORT {rt:.2g}"
 

@@ -102,11 +102,12 @@ def _bind(plan, target, runtime, details, progress) -> _Bound:
     # as the runtime issues them: on cpu a GEMM step's driver runs its im2col and epilogue
     # inside the one call, so "kernels" counts only what is launched besides GEMM steps
     stats["kernels"] = rt.launches - stats.get("gemms", 0)
+    stats["scratch_bytes"] = rt.scratch_bytes  # column matrices made outside the arena
     # the runtime runs every step once after binding (cpu: on the zeroed arena; cuda: before
     # the graph capture), so Numba's JIT (or its disk cache) is paid there: "jit"; "bind" is
     # the rest (loading kernel modules, packing weights: its packing code compiles then too)
     jit = rt.jit_seconds
-    stages = dict((details or {}).get("stage_seconds", {}), jit=jit, bind=bind - jit)
+    stages = dict((details or {}).get("stage_seconds", {}), bind=bind - jit, jit=jit)
     stats["stage_seconds"] = stages
     stats["bind_seconds"] = bind
     stats["compile_seconds"] = sum(stages.values())

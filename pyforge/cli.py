@@ -235,6 +235,10 @@ def _latency(times: np.ndarray) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise CliError("--runs must be at least 1")
+    if args.no_ort and _resolve(args.model)[0] == "plan":
+        raise CliError(
+            "--no-ort does not apply to a saved plan (DIR): ORT runs beside an ONNX model"
+        )
     model, onnx_path = _load(args.model, args)
     feeds = _random_feeds(model, 0)
     t = _time(lambda: model.predict(feeds), args.runs, args.warmup)

@@ -83,9 +83,9 @@ def step_parts(step: Step) -> list[tuple[str, str, str]]:
 
 def step_lines(model: Any) -> list[tuple[int, str, str, str, str]]:
     """(step index, part, label, what runs it, its source file or "") for every part of every
-    step, as the runtime bound it: the GEMM's implementation (pyforge sgemm, OpenBLAS,
-    cuBLASLt and its algorithm) and generated driver, each kernel's file, or where a part the
-    runtime does not launch on its own is done instead."""
+    step the runtime runs, as it bound it: the GEMM's implementation (pyforge sgemm, OpenBLAS,
+    cuBLASLt and its algorithm) and generated driver, each kernel's file, or an epilogue done
+    in the GEMM's store."""
     rt = model.runtime
     loaded = getattr(rt, "kernel_paths", {})
     impls, drivers = getattr(rt, "gemm_impls", {}), getattr(rt, "driver_paths", {})
@@ -101,9 +101,9 @@ def step_lines(model: Any) -> list[tuple[int, str, str, str, str]]:
                 out.append((i, what, label, f"{impl}{', driver' if i in drivers else ''}", path))
             elif key in loaded:
                 out.append((i, what, label, "kernel", loaded[key]))
-            else:  # bound into the GEMM call: the driver's own im2col or the GEMM's store
-                where = "in the GEMM's store" if what == "epilogue" else "in the GEMM driver"
-                out.append((i, what, label, f"{where} (no launch)", ""))
+            elif what == "epilogue":  # applied by the GEMM as it stores D
+                out.append((i, what, label, "in the GEMM's store (no launch)", ""))
+            # else an im2col this runtime does not run: its driver reads the image itself
     return out
 
 
@@ -118,10 +118,12 @@ def _source(path: str) -> str:
 def memory_summary(stats: dict) -> str:
     arena, naive, low = stats["arena_bytes"], stats["naive_bytes"], stats["lower_bound_bytes"]
     over = (arena / low - 1) * 100 if low else 0.0
+    scratch = stats.get("scratch_bytes", 0)  # columns a GEMM driver here needs after all
     return (
         f"arena {_mib(arena)} vs one buffer per tensor {_mib(naive)} "
         f"({naive / max(arena, 1):.1f}x smaller); liveness lower bound {_mib(low)} "
         f"(arena {over:.1f}% above it; strategy {stats.get('memory_strategy', '?')})"
+        + (f"; column scratch {_mib(scratch)} beside it" if scratch else "")
     )
 
 

@@ -46,7 +46,7 @@ def _feeds():
 def test_stage_seconds_cover_the_jit_and_sum_to_compile_seconds():
     m = pyforge.compile(_conv_model(), target="cpu")
     stages = m.stats["stage_seconds"]
-    assert list(stages) == ["import", "passes", "lowering", "plan", "jit", "bind"]
+    assert list(stages) == ["import", "passes", "lowering", "plan", "bind", "jit"]
     assert all(v >= 0 for v in stages.values())
     assert m.stats["compile_seconds"] == pytest.approx(sum(stages.values()))
     # bind ran every step once: each kernel and driver is compiled before the first predict
@@ -93,3 +93,25 @@ def test_explain_names_the_gemm_that_runs_and_a_source_for_every_launch(own_gemm
         assert f"<details><summary>{path}</summary><pre>" in html
     assert html.count("<details>") == len(launched)
     assert "def kernel(" in html
+
+
+@pytest.mark.parametrize(
+    "runtime", [{}, {"own_gemm": False}, {"fused_steps": False}], ids=["own", "blas", "numpy"]
+)
+def test_columns_own_sgemm_does_without_are_not_in_the_arena(runtime, tmp_path):
+    feeds = _feeds()
+    m, _ = check_against_ort(_conv_model(), feeds, **runtime)
+    slots = m.plan.slots
+    col3x3 = next(n for n in slots if n.endswith("::col") and n != "c2::col")
+    col1x1 = "c2::col"
+    assert slots[col3x3].region == "scratch" and slots[col1x1].region == "arena"
+    planned = {name for name, *_ in m.details["buffers"]}
+    assert col3x3 not in planned and col1x1 in planned
+    assert col3x3 not in explain.report(m)
+    own = not runtime and sgemm.available()
+    # made at bind only where this runtime's GEMM needs the columns after all
+    assert m.runtime.scratch_bytes == (0 if own else slots[col3x3].nbytes)
+    assert ("column scratch" in explain.report(m)) == (not own)
+    m.save(tmp_path / "conv.plan")
+    again = pyforge.load(tmp_path / "conv.plan", target="cpu", **runtime)
+    np.testing.assert_array_equal(again.predict(feeds), m.predict(feeds))

@@ -125,13 +125,15 @@ def test_specs_repr_details_and_stats(mlp):
     assert f"launches={model.stats['launches']}" in text
     assert model.details["pass_ops"][-1][0] == "fuse"
     seconds = model.stats["stage_seconds"]
-    assert list(seconds) == ["import", "passes", "lowering", "plan", "bind"]
+    assert list(seconds) == ["import", "passes", "lowering", "plan", "bind", "jit"]
     assert model.stats["compile_seconds"] == pytest.approx(sum(seconds.values()))
     # each stage starts at 0 and ends at its total, in pipeline order; passes count up by one
     assert [s for s, d, _ in stages if d == 0] == list(seconds)
     passes = [d for s, d, _ in stages if s == "passes"]
     assert passes == list(range(len(pass_names()) + 1))
-    assert all(d == t for s, d, t in stages if s != "passes" and d)
+    assert all(d == t for s, d, t in stages if s not in ("passes", "bind", "jit") and d)
+    steps = len(model.plan.steps)  # bind and jit count the plan's steps up to the end
+    assert [d for s, d, _ in stages if s == "jit"] == list(range(steps + 1))
 
     again = pyforge.CompiledModel(model.plan, "cpu", details=model.details)
     assert again.details is model.details

@@ -27,7 +27,7 @@ FORMAT = 4
 
 @dataclass
 class Slot:
-    region: str  # "arena" | "weights"
+    region: str  # "arena" | "weights" | "scratch" (offset 0 of a buffer made at need)
     offset: int  # bytes
     shape: tuple[int, ...]
     dtype: str

@@ -91,6 +91,12 @@ class ConvGeometry:
     def tensors(self) -> list[str]:
         return [self.x, self.col]
 
+    def reads_windows(self) -> bool:
+        """Whether the cpu's own sgemm reads the windows from the padded image itself, with no
+        column matrix: stride 1, or a kernel wider than 1x1 (a strided 1x1 keeps its im2col)."""
+        g = self.geometry
+        return tuple(g[6:8]) == (1, 1) or g[4] * g[5] > 1
+
 
 @dataclass(frozen=True)
 class GemmStep:

@@ -37,7 +37,11 @@ def check_plan(plan: ExecutionPlan) -> None:
     """Every slot inside its region, every step's tensors known and its sizes inside them."""
     if not is_count(plan.arena_bytes):
         raise _fail("the plan", "arena_bytes", f"{plan.arena_bytes!r} is not a size")
+    # a scratch slot (a column matrix the cpu's own sgemm does without) starts a buffer of its
+    # own, which the runtime allocates only where a step it binds needs it
+    scratch = [s.nbytes for s in plan.slots.values() if s.region == "scratch"]
     sizes = {"arena": plan.arena_bytes, "weights": int(plan.weights.size)}
+    sizes["scratch"] = max(scratch, default=0)
     for name, slot in plan.slots.items():
         check_slot(name, slot, sizes)
     for field in ("inputs", "outputs"):
@@ -58,7 +62,7 @@ def check_plan(plan: ExecutionPlan) -> None:
 def check_slot(name: str, slot, sizes: dict[str, int]) -> None:
     where = f"slot {name!r}"
     if slot.region not in sizes:
-        raise _fail(where, "region", f"{slot.region!r} is not 'arena' or 'weights'")
+        raise _fail(where, "region", f"{slot.region!r} is not 'arena', 'weights' or 'scratch'")
     if not is_count(slot.offset):
         raise _fail(where, "offset", f"{slot.offset!r} is not a byte offset")
     if not all(is_count(d) for d in slot.shape):

@@ -109,7 +109,15 @@ def build_plan(prog: Program, float16: bool = False) -> ExecutionPlan:
     if not float16:
         refuse_float16(prog, steps)
     slots, weights = _weight_slots(prog)
-    buffers, inplace = _live_ranges(prog, steps)
+    # a conv whose windows the cpu's own sgemm reads in place needs no column matrix there: it
+    # is not planned into the arena, and a runtime that needs it after all makes it at bind
+    scratch = {
+        s.conv.col for s in steps if isinstance(s, GemmStep) and s.conv and s.conv.reads_windows()
+    }
+    for name in scratch:
+        info = prog.tensors[name]
+        slots[name] = Slot("scratch", 0, tuple(info.shape), info.dtype.str)
+    buffers, inplace = _live_ranges(prog, steps, scratch)
     mem = plan_memory(buffers, ALIGN, inplace)
     # cheap (one pass over conflict lists), so every plan ever built is checked, tests included
     check_no_overlap(buffers, mem.offsets, ALIGN, inplace)
@@ -139,6 +147,7 @@ def build_plan(prog: Program, float16: bool = False) -> ExecutionPlan:
         lower_bound_bytes=mem.lower_bound_bytes,
         memory_strategy=mem.strategy,
         weights_bytes=len(weights),
+        scratch_bytes=max((slots[n].nbytes for n in scratch), default=0),  # if made at all
     )
     return plan
 
@@ -156,15 +165,17 @@ def _weight_slots(prog: Program) -> tuple[dict[str, Slot], bytearray]:
     return slots, weights
 
 
-def _live_ranges(prog: Program, steps: list[Step]) -> tuple[list[Buffer], list[tuple[str, str]]]:
-    """The arena's buffers (first and last step each is live) and the (source, destination)
-    pairs a pointwise kernel may compute in place."""
+def _live_ranges(
+    prog: Program, steps: list[Step], scratch: set[str]
+) -> tuple[list[Buffer], list[tuple[str, str]]]:
+    """The arena's buffers (first and last step each is live; none for ``scratch``) and the
+    (source, destination) pairs a pointwise kernel may compute in place."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
 
     def touch(name: str, i: int) -> None:
         base = _base(prog, name)
-        if prog.tensors[base].const is not None:
+        if prog.tensors[base].const is not None or base in scratch:
             return
         first.setdefault(base, i)
         first[base] = min(first[base], i)

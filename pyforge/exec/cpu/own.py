@@ -57,8 +57,9 @@ _RESIDUAL = """\
 def usable(step: GemmStep, views: dict, constant: bool) -> bool:
     """float32, at least one full micro-tile, big enough to split, an alpha foldable into the
     prepacked weight, and a CPU with AVX2 + FMA."""
+    b = step.conv.x if step.conv else step.b  # a conv's columns may be left unmade
     return (
-        all(views[t].dtype == np.float32 for t in (step.a, step.b, step.d))
+        all(views[t].dtype == np.float32 for t in (step.a, b, step.d))
         and step.m >= sg.MR
         and step.n >= sg.NR
         and step.m * step.n * step.k >= 1 << 18
@@ -122,9 +123,8 @@ def bind_own_step(
     conv, shift = step.conv, None
     # a strided 1x1 conv keeps its im2col (a plain subsample): its windows would not overlap,
     # and its tiles would straddle output rows
-    geo = conv.geometry if conv is not None else None
-    if geo is not None and (geo[6:8] == (1, 1) or geo[4] * geo[5] > 1):
-        shift = pk.shifted_conv(list(geo))
+    if conv is not None and conv.reads_windows():
+        shift = pk.shifted_conv(list(conv.geometry))
     g, d, lp, operands = _operands(step, views, constants, shared, shift)
     names: list[str] = []
     values: list[object] = []

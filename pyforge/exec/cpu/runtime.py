@@ -13,7 +13,7 @@ from ..plan import DeviceFeed, ExecutionPlan
 from ..pool import ContextPool
 from ..steps import GemmStep, KernelStep
 from .gemm import choose_gemm
-from .own import shared_scratch
+from .own import shared_scratch, usable
 
 
 def flat_views(
@@ -22,8 +22,9 @@ def flat_views(
     """A flat typed view into the arena (or weights) for every slot."""
     views = {}
     for name, s in plan.slots.items():
-        buf = arena if s.region == "arena" else weights
-        views[name] = buf[s.offset : s.offset + s.nbytes].view(s.dtype)
+        if s.region != "scratch":  # made at bind, where a step needs it (_scratch_views)
+            buf = arena if s.region == "arena" else weights
+            views[name] = buf[s.offset : s.offset + s.nbytes].view(s.dtype)
     return views
 
 
@@ -65,6 +66,7 @@ class CpuRuntime:
         self.arena, self.views, self.calls = first.arena, first.views, first.calls
         self.launches = first.launches
         self.gemm_impls, self.driver_paths = first.gemm_impls, first.driver_paths
+        self.scratch_bytes = first.scratch_bytes
         self.jit_seconds = first.warm_up(progress)
         if max_concurrency > 1 and _workqueue_only():
             max_concurrency = 1  # that threading layer aborts on parallel regions run at once
@@ -89,7 +91,8 @@ class _CpuContext:
         self.gemm_impls: dict[int, str] = {}  # step index -> the GEMM implementation bound
         self.driver_paths: dict[int, str] = {}  # step index -> its generated driver's file
         self._no_errors = np.zeros(1, np.int32)  # cuda's error word; cpu kernels raise instead
-        constants = frozenset(n for n, s in plan.slots.items() if s.region != "arena")
+        constants = frozenset(n for n, s in plan.slots.items() if s.region == "weights")
+        self.scratch_bytes = self._scratch_views(constants, **rt._options)
         shared = shared_scratch(plan.steps)  # reused by every GEMM step (one runs at a time)
         shared["packed"] = rt._packed
         for i, step in enumerate(plan.steps):
@@ -105,6 +108,23 @@ class _CpuContext:
             self.launches += launches
             if progress is not None:
                 progress("bind", i + 1, len(plan.steps))
+
+    def _scratch_views(self, constants: frozenset[str], own_gemm: bool, fused_steps: bool) -> int:
+        """Views of one buffer for the column matrices a GEMM step here needs after all (own
+        sgemm does without them, but not the CBLAS driver, numpy, or a GEMM too small for own
+        sgemm): steps run one at a time, so they share it. The bytes it takes."""
+        need = []
+        for step in self.plan.steps:
+            col = step.conv.col if isinstance(step, GemmStep) and step.conv else None
+            if col is None or self.plan.slots[col].region != "scratch":
+                continue
+            if not (own_gemm and fused_steps and usable(step, self.views, step.a in constants)):
+                need.append(col)
+        slots = [self.plan.slots[c] for c in need]
+        buf = np.empty(max([s.offset + s.nbytes for s in slots] + [0]), np.uint8)
+        for col, s in zip(need, slots):
+            self.views[col] = buf[s.offset : s.offset + s.nbytes].view(s.dtype)
+        return buf.nbytes
 
     def _bound(self, step: KernelStep) -> tuple[str, Callable, int, tuple]:
         """(module name, compiled kernel, n, arguments) of a kernel step."""

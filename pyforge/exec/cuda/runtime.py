@@ -145,8 +145,14 @@ class CudaContext:
             device_memset(self.arena, 0, self.arena.size, stream=self.stream)
         self.weights = weights
         self.views = {}
+        # every step here runs its im2col prologue: the columns the plan left out of the arena
+        # (scratch slots, which cpu's own sgemm does without) share one buffer, made now
+        scratch = [s.offset + s.nbytes for s in plan.slots.values() if s.region == "scratch"]
+        scratch_buf = cuda.device_array(max(scratch), np.uint8) if scratch else None
+        self.scratch_bytes = max(scratch, default=0)
+        regions = {"arena": self.arena, "weights": self.weights, "scratch": scratch_buf}
         for name, s in plan.slots.items():
-            buf = self.arena if s.region == "arena" else self.weights
+            buf = regions[s.region]
             self.views[name] = buf[s.offset : s.offset + max(s.nbytes, 0)].view(np.dtype(s.dtype))
         self.capability = _capability()
         self.kernel_paths: dict[str, str] = {}

@@ -36,8 +36,11 @@ KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packe
 
 # the int64 parameter vector of ``sgemm`` (one array, so the drivers stay short)
 (K_DIM, L_ROWS, R_COLS, L_BASE, L_RS, L_KS, L_PACKED, R_BASE, R_RS, R_KS, R_MODE, C_BASE, C_RS,
- C_CS, C_WP, C_OW, RES_BASE, RELU, BIAS, N_PARAMS) = range(20)  # fmt: skip
+ C_CS, C_WP, C_OW, RES_BASE, RELU, BIAS, NEXT, N_PARAMS) = range(21)  # fmt: skip
 R_STRIDED, R_SHIFTED = 0, 1  # R read from a strided matrix, or as shifted windows of an image
+# a parallel region is cut into about this many tiles per thread, which threads claim in turn: a
+# thread that another process keeps off its core holds up at most its current tile
+TILES_PER_THREAD = 8
 
 _F32 = ir.FloatType()
 _V8 = ir.VectorType(_F32, 8)
@@ -134,6 +137,27 @@ def _micro(typingctx, kc, lp, rp, cp, ldc, accumulate, finish, bp, resp, res_ld,
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def _claim(typingctx, g):
+    """The next free tile of the running region: ``g[NEXT]``, atomically incremented."""
+    if not (isinstance(g, types.Array) and g.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        arr = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(arr.data, [_c64(NEXT)])
+        return builder.atomic_rmw("add", ptr, _c64(1), "monotonic")
+
+    return types.int64(g), codegen
+
+
+@njit(nogil=True, cache=True)
+def _tiles(panels, parts):
+    """(tiles, panels per tile) for a region over ``panels`` panels on ``parts`` threads."""
+    per = max(1, -(-panels // (parts * TILES_PER_THREAD)))
+    return -(-panels // per), per
 
 
 @njit(nogil=True, cache=True)
@@ -247,41 +271,48 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
     kdim, lrows, rcols = g[K_DIM], g[L_ROWS], g[R_COLS]
     lpanels = (lrows + MR - 1) // MR
     if not g[L_PACKED]:
-        share = (lpanels + parts - 1) // parts
-        for t in prange(parts):
-            lo, hi = t * share, min(lpanels, (t + 1) * share)
-            if hi > lo:
+        tiles, per = _tiles(lpanels, parts)
+        g[NEXT] = 0
+        for _ in prange(parts):
+            tile = _claim(g)
+            while tile < tiles:
+                lo, hi = tile * per, min(lpanels, (tile + 1) * per)
                 pack_panels(l, g[L_BASE], g[L_RS], g[L_KS], lrows, lo * MR, (hi - lo) * MR, 0,
                             kdim, MR, lp, lo * kdim * MR)  # fmt: skip
+                tile = _claim(g)
     rpanels = (rcols + NR - 1) // NR
     split_r = rpanels >= lpanels
     rp = rw[:0]
     if not split_r and len(rw) >= rpanels * NR * kdim:
-        share = (rpanels + parts - 1) // parts
-        for t in prange(parts):
-            for q in range(t * share, min(rpanels, (t + 1) * share)):
+        g[NEXT] = 0
+        for _ in prange(parts):
+            q = _claim(g)
+            while q < rpanels:
                 o = q * kdim * NR
                 if g[R_MODE] == R_SHIFTED:
                     pack_shifted(r, g[R_BASE], koff, q * NR, NR, 0, kdim, rw, o)
                 else:
                     pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], rcols, q * NR, NR, 0, kdim, NR,
                                 rw, o)  # fmt: skip
+                q = _claim(g)
         rp = rw[: rpanels * NR * kdim]
-    per = KC * NC + MR * NR + 2 * NR
+    per_t = KC * NC + MR * NR + 2 * NR
+    tiles, per = _tiles(rpanels if split_r else lpanels, parts)
+    g[NEXT] = 0
     for t in prange(parts):
-        rbuf = work[t * per : t * per + KC * NC]
-        tmp = work[t * per + KC * NC : t * per + KC * NC + MR * NR]
-        zeros = work[t * per + KC * NC + MR * NR : (t + 1) * per]
+        rbuf = work[t * per_t : t * per_t + KC * NC]
+        tmp = work[t * per_t + KC * NC : t * per_t + KC * NC + MR * NR]
+        zeros = work[t * per_t + KC * NC + MR * NR : (t + 1) * per_t]
         zeros[:] = 0
-        i0, i1, j0, j1 = 0, lrows, 0, rcols
-        if split_r:
-            share = (rpanels + parts - 1) // parts
-            j0, j1 = t * share * NR, min(rcols, (t + 1) * share * NR)
-        else:
-            share = (lpanels + parts - 1) // parts
-            i0, i1 = t * share * MR, min(lrows, (t + 1) * share * MR)
-        if i1 > i0 and j1 > j0:
+        tile = _claim(g)
+        while tile < tiles:
+            i0, i1, j0, j1 = 0, lrows, 0, rcols
+            if split_r:
+                j0, j1 = tile * per * NR, min(rcols, (tile + 1) * per * NR)
+            else:
+                i0, i1 = tile * per * MR, min(lrows, (tile + 1) * per * MR)
             _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qbuf)
+            tile = _claim(g)
 
 
 def work_size(parts: int) -> int:

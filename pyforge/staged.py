@@ -81,13 +81,16 @@ class StagedModel:
     def __repr__(self) -> str:
         return f"StagedModel(target={self.target!r}, inputs={self.inputs}, outputs={self.output_names})"
 
+    def _one_plan(self, what: str):
+        detail = f"a model run in stages has no single plan to {what} ({self._why})"
+        raise errors.UnsupportedOperatorError("(staged model)", "-", None, detail)
+
     def save(self, directory: Any) -> None:
-        raise errors.UnsupportedOperatorError(
-            "(staged model)",
-            "-",
-            None,
-            f"a model run in stages has no single plan to save ({self._why})",
-        )
+        self._one_plan("save")
+
+    plan = property(lambda self: self._one_plan("show"))
+    runtime = property(lambda self: self._one_plan("run alone"))
+    details = property(lambda self: self._one_plan("explain"))
 
     def predict(self, x: Any) -> Any:
         c = self._cut

@@ -77,6 +77,7 @@ def kernel(n, {params}):
 
 
 ROW_MIN = 256  # shortest inner run worth a row of threads
+ROW_THREADS = 256  # cuda: one block per row of a row-statistics kernel (a power of 2)
 PARALLEL_MIN = 1 << 15  # fewest loop iterations worth cpu threads
 
 
@@ -151,6 +152,7 @@ class KernelBuilder:
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
     checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
     error_word: bool = False  # cuda: the kernel takes an int32 error word ("e" argument)
+    row_block: bool = False  # rows split where the caller asked: on cuda one block per row
 
     def check_range(
         self, src: str, count: int, dim: str, message: str, step: int = 1, start: int = 0
@@ -209,7 +211,46 @@ class KernelBuilder:
         pad = "    " * indent
         self.lines.append(pad + line if cuda is None else (pad + line, pad + cuda))
 
-    def coords(self, shape: tuple[int, ...], flat: str = "i") -> list[str]:
+    # -- rows form: statistics once per row (at the row loop's level), then the row's elements
+
+    def at_row(self) -> _RowLevel:
+        """``with kb.at_row():`` emits once per row, before the loop over the row's elements."""
+        return _RowLevel(self)
+
+    def row_reduce(
+        self, acc: str, init: str, combine: str, term: str, L: str, at: str, t: str = "f32"
+    ) -> None:
+        """At row level: ``acc`` = ``combine`` ({a}, {v}) folded over ``term`` ({v}: the element
+        ``at`` + j, j < L; ``at`` is "t0[b1 + "). cpu: one contiguous loop; cuda: each thread of
+        the row's block a strided part, then a tree in shared memory; every thread holds it."""
+        j, v = self.tmp("j"), self.tmp("x")
+        tid = "cuda.threadIdx.x"
+        with self.at_row():
+            self.emit(f"{acc} = {init}")
+            self.emit(
+                f"for {j} in range({L}):", cuda=f"for {j} in range({tid}, {L}, {ROW_THREADS}):"
+            )
+            self.emit(f"{v} = {at}{j}]", 1)
+            self.emit(f"{acc} = {combine.format(a=acc, v=term.format(v=v))}", 1)
+            sh, w = self.tmp("sh"), self.tmp("w")
+            cuda = [
+                f"{sh} = cuda.shared.array({ROW_THREADS}, {t})",
+                f"{sh}[{tid}] = {acc}",
+                "cuda.syncthreads()",
+                f"{w} = {ROW_THREADS // 2}",
+                f"while {w} > 0:",
+                f"    if {tid} < {w}:",
+                f"        {sh}[{tid}] = {combine.format(a=f'{sh}[{tid}]', v=f'{sh}[{tid} + {w}]')}",
+                "    cuda.syncthreads()",
+                f"    {w} //= 2",
+                f"{acc} = {sh}[0]",
+                "cuda.syncthreads()",  # every thread has read it before the next row's tree
+            ]
+            self.lines += [(None, line) for line in cuda]  # cuda only
+
+    def coords(
+        self, shape: tuple[int, ...], flat: str = "i", split: int | None = None
+    ) -> list[str]:
         """Emit the decomposition of ``flat`` into coordinates of ``shape``.
 
         The first decomposition of the loop index splits the shape into outer rows (from ``o``)
@@ -219,11 +260,14 @@ class KernelBuilder:
         """
         if not shape:
             return []
-        if flat != "i" or self.inner is not None or len(shape) < 2:
+        if flat != "i" or self.inner is not None or (len(shape) < 2 and split is None):
             return self._decompose(shape, flat)
-        split = len(shape) - 1
-        while split > 0 and int(np.prod(shape[split:])) < ROW_MIN:
-            split -= 1
+        # ``split``: the caller's rows (a rows-form kernel's statistics are per row)
+        self.row_block = split is not None
+        if split is None:
+            split = len(shape) - 1
+            while split > 0 and int(np.prod(shape[split:])) < ROW_MIN:
+                split -= 1
         self.inner_value = int(np.prod(shape[split:]))
         self.inner = self.int_param(self.inner_value, "IN")
         # outer coordinates go at the row loop's level: a division may raise, so LLVM will not
@@ -270,7 +314,12 @@ class KernelBuilder:
         return " + ".join(terms) or "0"
 
     def _body(self, target: int, indent: str) -> str:
-        return "\n".join(indent + (ln if isinstance(ln, str) else ln[target]) for ln in self.lines)
+        return self._lines(self.lines, target, indent)
+
+    @staticmethod
+    def _lines(lines: list, target: int, indent: str) -> str:
+        forms = (ln if isinstance(ln, str) else ln[target] for ln in lines)
+        return "\n".join(indent + ln for ln in forms if ln is not None)
 
     def build(self, n: int, parallel: bool | None = None) -> KernelCall:
         # threads pay only on large loops, and a parallel (parfor) compile costs several times
@@ -290,23 +339,37 @@ class KernelBuilder:
                 j = f"q{k}" if k == 0 else f"({j}) * {d} + q{k}"
             pad = "    " * (len(self.inner_dims) + 2)
             loops += f"{pad}i = o * {self.inner} + {j}\n"
-            outer = "\n".join("        " + ln for ln in self.outer_lines)
+            outer = [self._lines(self.outer_lines, t, "        ") for t in (0, 1)]
             cpu = _CPU_ROWS.format(
                 params=params,
                 parallel=parallel,
                 inner=self.inner,
                 loops=loops,
                 body=self._body(0, pad),
-                outer=outer,
+                outer=outer[0],
                 pre=pre,
             )
             cuda = _CUDA_ROWS.format(
-                params=params, body=self._body(1, "            "), inner=self.inner, outer=outer
+                params=params, body=self._body(1, "            "), inner=self.inner, outer=outer[1]
             )
         cpu = HEADER + "\n" + cpu
         cuda = HEADER + "\n" + cuda
         key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
-        return KernelCall(cpu, cuda, key, int(n), list(self.args), self.label, self.inner_value)
+        call = KernelCall(cpu, cuda, key, int(n), list(self.args), self.label, self.inner_value)
+        if self.row_block:  # the block's threads share each row's statistics
+            call.launch = ((1, max(1, min(int(n) // max(self.inner_value, 1), 65535))), ROW_THREADS)
+        return call
+
+
+class _RowLevel:
+    def __init__(self, kb: KernelBuilder) -> None:
+        self.kb = kb
+
+    def __enter__(self) -> None:
+        self.kb.lines, self.kb.outer_lines = self.kb.outer_lines, self.kb.lines
+
+    def __exit__(self, *exc) -> None:
+        self.kb.lines, self.kb.outer_lines = self.kb.outer_lines, self.kb.lines
 
 
 def type_name(dtype: np.dtype) -> str:

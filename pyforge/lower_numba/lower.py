@@ -137,7 +137,8 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
             ew.env[id(a_out)] = kb.tmp()
             kb.emit(f"{ew.env[id(a_out)]} = {kb.tensor(d)}[i]")
     elif anchor is not None:
-        coords = kb.coords(anchor.outputs[0].shape)
+        split = low.rows(anchor) if low.rows else None  # rows form: statistics once per row
+        coords = kb.coords(anchor.outputs[0].shape, split=split)
         ew = _Elementwise(kb, prog, shape, coords)
         ew.env[id(anchor.outputs[0])] = low.emit(anchor, kb, coords)
     for m in epilogue:

@@ -38,6 +38,7 @@ class Lowering:
     form: str
     emit: Callable
     when: Callable[[Node], bool] | None = None  # None: every node of the op
+    rows: Callable[[Node], int] | None = None  # element form: the axis its row statistics span
 
     def applies(self, node: Node) -> bool:
         return self.when is None or self.when(node)
@@ -46,7 +47,7 @@ class Lowering:
 LOWERINGS: dict[str, list[Lowering]] = {}
 
 
-def lowering(*ops: str, form: str, when: Callable[[Node], bool] | None = None):
+def lowering(*ops: str, form: str, when: Callable[[Node], bool] | None = None, rows=None):
     """Register the decorated function as the ``form`` lowering of ``ops``.
 
     An op the table does not know or a form not in FORMS is a programming error, raised at
@@ -54,14 +55,14 @@ def lowering(*ops: str, form: str, when: Callable[[Node], bool] | None = None):
 
     def deco(fn: Callable) -> Callable:
         for op in ops:
-            register_lowering(op, form, fn, when)
+            register_lowering(op, form, fn, when, rows)
         return fn
 
     return deco
 
 
 def register_lowering(
-    op: str, form: str, fn: Callable, when: Callable[[Node], bool] | None = None
+    op: str, form: str, fn: Callable, when: Callable[[Node], bool] | None = None, rows=None
 ) -> None:
     if form not in FORMS:
         raise ValueError(f"lowering of {op}: form {form!r} is not one of {sorted(FORMS)}")
@@ -70,7 +71,7 @@ def register_lowering(
     entries = LOWERINGS.setdefault(op, [])
     if any(e.when is None for e in entries) or (entries and when is None):
         raise ValueError(f"lowering of {op}: a second lowering needs a ``when`` on each")
-    entries.append(Lowering(op, form, fn, when))
+    entries.append(Lowering(op, form, fn, when, rows))
 
 
 def lowering_for(node: Node, forms: tuple[str, ...] = tuple(FORMS)) -> Lowering:

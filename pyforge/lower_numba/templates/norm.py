@@ -1,4 +1,5 @@
-"""Normalizations: each output element recomputes its row's or window's statistics (a loop each)."""
+"""Normalizations: LayerNorm, RMSNorm, GroupNorm and InstanceNorm compute each row's statistics
+once (two passes at the row loop's level); LRN and MeanVarianceNormalization per element."""
 
 from __future__ import annotations
 
@@ -11,28 +12,30 @@ from ..scalar import lit
 
 
 def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred: bool = True):
-    """Emit (shift, mean - shift, 1/sqrt(var + eps)) of src[base:+L]; x - mean is
-    (x - shift) - (mean - shift). Not ``centred`` (RMSNorm): shift and mean are 0.
+    """Emit, once per row, (shift, mean - shift, 1/sqrt(var + eps)) of src[base:+L]: two passes,
+    x - mean being (x - shift) - (mean - shift). Not ``centred`` (RMSNorm): shift and mean are 0.
 
     The statistics are of the row shifted by its first element: a constant row is then exactly
     0 (an unshifted float32 mean is off by a rounding, which 1/sqrt(eps) magnifies), and a row
     far from 0 loses no digits to cancellation."""
-    j, s, m, inv, k, d = (kb.tmp(p) for p in ("j", "ssq", "mu", "rstd", "k", "d"))
-    kb.emit(f"{m} = {lit(0, 'f32')}")
-    kb.emit(f"{k} = f32({src}[{base}])" if centred else f"{k} = {lit(0, 'f32')}")
+    k, m, s, inv = kb.tmp("k"), kb.tmp("mu"), kb.tmp("ssq"), kb.tmp("rstd")
+    zero, at = lit(0, "f32"), f"{src}[{base} + "
+    with kb.at_row():
+        kb.emit(f"{k} = f32({src}[{base}])" if centred else f"{k} = {zero}")
     if centred:
-        kb.emit(f"for {j} in range({L}):")
-        kb.emit(f"{m} += {src}[{base} + {j}] - {k}", 1)
-        kb.emit(f"{m} = {m} / f32({L})")
-    kb.emit(f"{s} = {lit(0, 'f32')}")
-    kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{d} = {src}[{base} + {j}] - {k} - {m}", 1)
-    kb.emit(f"{s} += {d} * {d}", 1)
-    kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {lit(eps, 'f32')})")
+        kb.row_reduce(m, zero, "{a} + {v}", f"(f32({{v}}) - {k})", L, at)
+    with kb.at_row():
+        kb.emit(f"{m} = {m} / f32({L})" if centred else f"{m} = {zero}")
+    d = f"(f32({{v}}) - {k} - {m})"
+    kb.row_reduce(s, zero, "{a} + {v}", f"{d} * {d}", L, at)
+    with kb.at_row():
+        kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {lit(eps, 'f32')})")
     return k, m, inv
 
 
-@lowering("LayerNormalization", "RMSNormalization", form="element")
+@lowering(
+    "LayerNormalization", "RMSNormalization", form="element", rows=lambda node: node.attrs["axis"]
+)
 def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a, part = node.attrs["axis"], node.attrs.get("output", 0)
@@ -42,7 +45,8 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     L = kb.int_param(length, "L")
     base = kb.tmp("rb")
     lead = kb.offset(contiguous_strides(x.shape[:a]), coords[:a]) if a else "0"
-    kb.emit(f"{base} = ({lead}) * {L}")
+    with kb.at_row():
+        kb.emit(f"{base} = ({lead}) * {L}")
     k, m, inv = moments(kb, src, base, L, node.attrs["epsilon"], node.op == "LayerNormalization")
     if part == 1:
         return f"({k} + {m})"
@@ -62,9 +66,10 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return y
 
 
-@lowering("GroupNormalization", "InstanceNormalization", form="element")
+@lowering("GroupNormalization", "InstanceNormalization", form="element", rows=lambda node: 2)
 def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
-    """Group and instance norm: the statistics of the element's (n, group) slab, then affine."""
+    """Group and instance norm: a row is one (n, c) channel; its statistics are its group's
+    (n, group) slab (read once per channel of the group), then the affine part per element."""
     x, scale, bias = node.inputs
     t = type_name(x.dtype)
     c, groups = x.shape[1], node.attrs["groups"]
@@ -73,7 +78,8 @@ def group_norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     L, CG = kb.int_param(c // groups * spatial, "L"), kb.int_param(c // groups, "CG")
     C = kb.int_param(c, "C")
     base, y = kb.tmp("gb"), kb.tmp("y")
-    kb.emit(f"{base} = (({coords[0]} * {C} + {coords[1]}) // {CG}) * {L}")
+    with kb.at_row():
+        kb.emit(f"{base} = (({coords[0]} * {C} + {coords[1]}) // {CG}) * {L}")
     k, m, inv = moments(kb, src, base, L, node.attrs["epsilon"])
     off = kb.offset(contiguous_strides(x.shape), coords)
     ch = f"({coords[1]} // {CG})" if node.attrs["per_group"] else coords[1]

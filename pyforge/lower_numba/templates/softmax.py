@@ -1,4 +1,4 @@
-"""Softmax and LogSoftmax: one row per iteration (max, sum of exp, then the row is written)."""
+"""Softmax and LogSoftmax: per row its max and sum of exp, once, then the row is written."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from ..scalar import lit
 
 @lowering("Softmax", "LogSoftmax", form="rows")
 def softmax_rows(node: Node, kb: KernelBuilder) -> int:
-    """One row per iteration: max, sum of exp, then write (Softmax and LogSoftmax)."""
+    """A contiguous row (the softmax axis last, or flattened): a rows x row loop, one cuda block
+    per row; a strided one (axis not last): one iteration per row, one cuda thread each."""
     x, y = node.inputs[0], node.outputs[0]
     t = type_name(x.dtype)
     axis = node.attrs["axis"]
@@ -21,6 +22,8 @@ def softmax_rows(node: Node, kb: KernelBuilder) -> int:
     else:
         outer, length = int(np.prod(x.shape[:axis])), x.shape[axis]
         inner = int(np.prod(x.shape[axis + 1 :]))
+    if inner == 1:
+        return _contiguous_rows(node, kb, axis, length)
     src, dst = kb.tensor(x.name), kb.tensor(y.name)
     L, IN = kb.int_param(length, "L"), kb.int_param(inner, "IN")
     base, m, s, j = kb.tmp("b"), kb.tmp("m"), kb.tmp("s"), kb.tmp("j")
@@ -37,3 +40,25 @@ def softmax_rows(node: Node, kb: KernelBuilder) -> int:
     else:
         kb.emit(f"{dst}[{base} + {j} * {IN}] = math.exp({src}[{base} + {j} * {IN}] - {m}) / {s}", 1)
     return outer * inner
+
+
+def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> int:
+    x, y = node.inputs[0], node.outputs[0]
+    acc = "f64" if x.dtype == np.float64 else "f32"  # float16 is stored, summed in float32
+    src, dst = kb.tensor(x.name), kb.tensor(y.name)
+    kb.coords(tuple(y.shape), split=axis)
+    L = kb.int_param(length, "L")
+    base, m, s = kb.tmp("b"), kb.tmp("m"), kb.tmp("s")
+    with kb.at_row():
+        kb.emit(f"{base} = o * {L}")
+    at = f"{src}[{base} + "
+    kb.row_reduce(m, lit(-np.inf, acc), "max({a}, {v})", f"{acc}({{v}})", L, at, acc)
+    kb.row_reduce(s, lit(0, acc), "{a} + {v}", f"math.exp({acc}({{v}}) - {m})", L, at, acc)
+    xi = f"{acc}({src}[i])"
+    if node.op == "LogSoftmax":
+        with kb.at_row():
+            kb.emit(f"{s} = {m} + math.log({s})")
+        kb.emit(f"{dst}[i] = {xi} - {s}")
+    else:
+        kb.emit(f"{dst}[i] = math.exp({xi} - {m}) / {s}")
+    return int(np.prod(y.shape))

@@ -41,6 +41,7 @@ def default_target() -> str:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return "cpu"
     try:
+        import numba_cuda  # noqa: F401  (the [cuda] extra: numba's built-in numba.cuda won't do)
         from numba import cuda
 
         return "cuda" if cuda.is_available() else "cpu"

@@ -1,8 +1,8 @@
 """Every cuda kernel of a plan compiles to sm_90 PTX; under fp16, without NVRTC-built float16 code.
 
-Needs no GPU, only NVVM and NVRTC (pip: nvidia-cuda-nvcc-cu12, nvidia-cuda-nvrtc-cu12); skipped
-where they are missing. Why it matters: a kernel doing float16 arithmetic links the cuda_fp16
-shim, and Numba's kernel cache then fails ("Cannot pickle CUDACodeLibrary with linking files").
+Needs no GPU, only numba-cuda, NVVM and NVRTC (the [cuda] extra); skipped where they are
+missing. Why it matters: a kernel doing float16 arithmetic links the cuda_fp16 shim, and
+Numba's kernel cache then fails ("Cannot pickle CUDACodeLibrary with linking files").
 Under precision="fp16" every float16 load is widened to float32, so no kernel may link it.
 """
 
@@ -21,14 +21,18 @@ from tests.helpers import make_model
 
 
 def _ptx_available() -> bool:
-    try:
+    try:  # numba's built-in numba.cuda asks a driver for the device when a kernel calls a function
+        import numba_cuda  # noqa: F401
+
         cuda.compile_ptx(lambda a: None, (types.int64,), cc=(9, 0))
         return True
     except Exception:  # noqa: BLE001  (no NVVM/NVRTC here: the test cannot run)
         return False
 
 
-pytestmark = pytest.mark.skipif(not _ptx_available(), reason="no NVVM/NVRTC to compile PTX")
+pytestmark = pytest.mark.skipif(
+    not _ptx_available(), reason="no numba-cuda with NVVM/NVRTC ([cuda] extra) to compile PTX"
+)
 
 
 def _kernels(plan):

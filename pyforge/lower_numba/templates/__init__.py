@@ -6,6 +6,7 @@ package), so each can be imported alone; shared helpers are public functions of 
 
 from . import (  # noqa: F401
     conv,
+    depthwise,
     einsum,
     elementwise,
     gemm,

@@ -10,51 +10,6 @@ from ..scalar import lit
 from .geometry import nc_oh_ow, spatial2d, window2d
 
 
-def grouped(node: Node) -> bool:
-    """A grouped (or depthwise) conv: summed directly, since it is no single GEMM."""
-    return node.attrs.get("group", 1) != 1
-
-
-@lowering("Conv", form="element", when=grouped)
-def direct_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
-    """One output of a (grouped, depthwise) conv summed directly; dense convs use im2col + GEMM."""
-    x, w = node.inputs[0], node.inputs[1]
-    t = type_name(x.dtype)
-    xs, ws = kb.tensor(x.name), kb.tensor(w.name)
-    h, wd = spatial2d(x.shape)
-    (kh, kw), (sh, sw), (dh, dw), pads = window2d(node)
-    n, co, oh, ow = nc_oh_ow(coords)
-    cin_g = w.shape[1]
-    cout_g = w.shape[0] // node.attrs["group"]
-    H, W, C = kb.int_param(h, "H"), kb.int_param(wd, "W"), kb.int_param(x.shape[1], "C")
-    CG, OG = kb.int_param(cin_g, "CG"), kb.int_param(cout_g, "OG")
-    KH, KW = kb.int_param(kh, "KH"), kb.int_param(kw, "KW")
-    acc, ci, ky, kx, ih, iw, c0 = (kb.tmp(p) for p in ("acc", "ci", "ky", "kx", "ih", "iw", "g"))
-    kb.emit(f"{acc} = {lit(0, t)}")
-    kb.emit(f"{c0} = ({co} // {OG}) * {CG}")
-    kb.emit(f"for {ci} in range({CG}):")
-    kb.emit(f"for {ky} in range({KH}):", 1)
-    kb.emit(
-        f"{ih} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')}"
-        f" + {ky} * {kb.int_param(dh, 'd')}",
-        2,
-    )
-    kb.emit(f"if {ih} >= 0 and {ih} < {H}:", 2)
-    kb.emit(f"for {kx} in range({KW}):", 3)
-    kb.emit(
-        f"{iw} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')}"
-        f" + {kx} * {kb.int_param(dw, 'd')}",
-        4,
-    )
-    kb.emit(f"if {iw} >= 0 and {iw} < {W}:", 4)
-    kb.emit(
-        f"{acc} += {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {ih}) * {W} + {iw}]"
-        f" * {ws}[(({co} * {CG} + {ci}) * {KH} + {ky}) * {KW} + {kx}]",
-        5,
-    )
-    return acc
-
-
 @lowering("ConvTranspose", form="element")
 def conv_transpose_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     """One output of a transposed conv: every (input channel, tap) whose stride lands on it."""

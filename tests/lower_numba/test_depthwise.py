@@ -1,0 +1,116 @@
+"""Depthwise and grouped convolutions (templates/depthwise.py) against ONNX Runtime: kernel sizes,
+strides, pads, dilations, group widths (unrolled taps and the looped form), each fused epilogue,
+both layouts, fusion on and off."""
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import pyforge
+from pyforge.errors import PyforgeError
+from tests.helpers import check_against_ort, make_model
+
+rng = np.random.default_rng(17)
+
+# an activation after Conv + bias, as the exporters write it: (nodes on "y", output name)
+EPILOGUES = {
+    "bias": lambda: ([], "y"),
+    "relu6": lambda: ([helper.make_node("Clip", ["y", "lo", "hi"], ["z"])], "z"),
+    "hardswish": lambda: ([helper.make_node("HardSwish", ["y"], ["z"])], "z"),
+    "sigmoid": lambda: ([helper.make_node("Sigmoid", ["y"], ["z"])], "z"),
+    "silu": lambda: (
+        [helper.make_node("Sigmoid", ["y"], ["s"]), helper.make_node("Mul", ["y", "s"], ["z"])],
+        "z",
+    ),
+}
+
+
+def _model(shape, cout, group, epilogue="bias", bias=True, **attrs):
+    cin, k = shape[1], attrs["kernel_shape"]
+    w = rng.standard_normal((cout, cin // group, *k)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    inits += [numpy_helper.from_array(np.float32(v), n) for v, n in ((0.0, "lo"), (6.0, "hi"))]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b"))
+        ins.append("b")
+    conv = helper.make_node("Conv", ins, ["y"], name="dwconv", group=group, **attrs)
+    tail, out = EPILOGUES[epilogue]()
+    model = make_model(
+        [conv, *tail], [("x", np.float32, list(shape))], [(out, np.float32, None)], inits
+    )
+    x = (2.0 * rng.standard_normal(shape)).astype(np.float32)
+    return model, {"x": x}
+
+
+GEOMETRY = [
+    # (input shape, cout, group, attrs): depthwise first, then multipliers and wider groups
+    ((1, 8, 12, 12), 8, 8, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ((2, 8, 13, 11), 8, 8, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 6, 14, 14), 6, 6, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 4, 9, 9), 4, 4, dict(kernel_shape=[1, 1])),
+    ((1, 4, 15, 17), 4, 4, dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),
+    ((1, 4, 16, 16), 4, 4, dict(kernel_shape=[5, 5], strides=[2, 2], pads=[1, 2, 2, 1])),
+    ((1, 3, 16, 16), 3, 3, dict(kernel_shape=[7, 7], pads=[3, 3, 3, 3])),
+    ((1, 4, 12, 12), 4, 4, dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((1, 4, 12, 10), 4, 4, dict(kernel_shape=[3, 5], dilations=[1, 2], pads=[0, 3, 1, 1])),
+    ((1, 4, 10, 10), 8, 4, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),  # multiplier 2
+    ((1, 8, 10, 10), 8, 4, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),  # 2 channels a group
+    ((1, 16, 9, 9), 8, 4, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 32, 8, 8), 32, 2, dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),  # 144 taps: looped
+    ((2, 6, 20), 6, 6, dict(kernel_shape=[5], pads=[2, 2])),  # 1-d
+    ((1, 4, 30), 8, 2, dict(kernel_shape=[3], strides=[2], dilations=[2], pads=[1, 3])),
+]
+
+
+@pytest.mark.parametrize("case", range(len(GEOMETRY)))
+def test_geometry_against_ort(case):
+    shape, cout, group, attrs = GEOMETRY[case]
+    model, feeds = _model(shape, cout, group, "relu6", **attrs)
+    check_against_ort(model, feeds)
+
+
+@pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
+@pytest.mark.parametrize("fusion", [True, False])
+def test_epilogues_against_ort(epilogue, fusion):
+    model, feeds = _model(
+        (1, 16, 14, 14), 16, 16, epilogue, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4
+    )
+    check_against_ort(model, feeds, fusion=fusion)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_inverted_residual_both_layouts(layout):
+    """1x1 expand, depthwise 3x3 + Relu6, 1x1 project: the dense convs around it in each layout."""
+    c, e = 8, 24
+    w1 = rng.standard_normal((e, c, 1, 1)).astype(np.float32)
+    wd = rng.standard_normal((e, 1, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((c, e, 1, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (wd, "wd"), (w2, "w2"))]
+    inits += [numpy_helper.from_array(np.float32(v), n) for v, n in ((0.0, "lo"), (6.0, "hi"))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[1, 1]),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["ar"]),
+        helper.make_node("Conv", ["ar", "wd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=e),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["dr"]),
+        helper.make_node("Conv", ["dr", "w2"], ["p"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["p", "x"], ["y"]),
+    ]
+    model = make_model(nodes, [("x", np.float32, [1, c, 10, 10])], [("y", np.float32, None)], inits)
+    feeds = {"x": rng.standard_normal((1, c, 10, 10)).astype(np.float32)}
+    check_against_ort(model, feeds, layout=layout)
+
+
+def test_no_bias_and_nan_propagate():
+    model, feeds = _model((1, 4, 8, 8), 4, 4, bias=False, kernel_shape=[3, 3], pads=[1] * 4)
+    feeds["x"][0, 1, 3, 3] = np.nan
+    got = pyforge.compile(model, target="cpu").predict(feeds)
+    # a NaN reaches exactly its 3x3 neighbourhood of channel 1, nothing else
+    assert np.isnan(got[0, 1, 2:5, 2:5]).all()
+    assert np.isnan(got).sum() == 9
+
+
+def test_3d_grouped_conv_is_refused_by_name():
+    model, feeds = _model((1, 4, 4, 4, 4), 4, 4, kernel_shape=[3, 3, 3], pads=[1] * 6)
+    with pytest.raises(PyforgeError, match="dwconv"):
+        pyforge.compile(model, target="cpu").predict(feeds)

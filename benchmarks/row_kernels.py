@@ -127,24 +127,24 @@ def main() -> None:
             lambda pf=pf, f=feeds: pf.predict(f),
             lambda s=sess, f=feeds: s.run(None, f),
         )
-    res = {k: ([], []) for k in runners}
+    res = {k: ([], []) for k in runners}  # per round: (wall, cpu) of pyforge, of ORT
     for _ in range(args.rounds):
         for name, (pf, rt) in runners.items():
             pf(), rt()  # warm
             res[name][0].append(_median_ms(pf, args.calls))
             res[name][1].append(_median_ms(rt, args.calls))
-    for name, (p, o) in res.items():
-        ratio = np.array(p) / np.array(o)
-        print(
-            f"{name:10s} pyforge {np.median(p):7.3f} ms [{min(p):.3f}-{max(p):.3f}]  "
-            f"ORT {np.median(o):7.3f} ms [{min(o):.3f}-{max(o):.3f}]  "
-            f"ratio {np.median(ratio):.2f}x [{ratio.min():.2f}-{ratio.max():.2f}]"
-        )
-    for name in ("layernorm", "softmax"):
-        rel = np.array(res[name][0]) / np.array(res["affine"][0])
-        print(
-            f"pyforge {name} / affine same bytes: {np.median(rel):.2f} [{rel.min():.2f}-{rel.max():.2f}]"
-        )
+
+    def spread(a):
+        return f"{np.median(a):8.3f} [{np.min(a):.3f}-{np.max(a):.3f}]"
+
+    for k, what in enumerate(("wall ms", "cpu ms")):
+        print(f"-- {what} per call: median of {args.rounds} round medians [min-max]")
+        for name, (p, o) in res.items():
+            p, o = np.array(p)[:, k], np.array(o)[:, k]
+            print(f"{name:10s} pyforge {spread(p)}  ORT {spread(o)}  ratio {spread(p / o)}")
+        for name in ("layernorm", "softmax"):
+            rel = np.array(res[name][0])[:, k] / np.array(res["affine"][0])[:, k]
+            print(f"pyforge {name} / pyforge affine (same bytes): {spread(rel)}")
 
 
 if __name__ == "__main__":

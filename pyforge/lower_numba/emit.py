@@ -78,6 +78,7 @@ def kernel(n, {params}):
 
 ROW_MIN = 256  # shortest inner run worth a row of threads
 ROW_THREADS = 256  # cuda: one block per row of a row-statistics kernel (a power of 2)
+ROW_UNROLL = 8  # cpu: partial folds of a row statistic in flight (a power of 2)
 PARALLEL_MIN = 1 << 15  # fewest loop iterations worth cpu threads
 
 
@@ -218,35 +219,53 @@ class KernelBuilder:
         return _RowLevel(self)
 
     def row_reduce(
-        self, acc: str, init: str, combine: str, term: str, L: str, at: str, t: str = "f32"
+        self, acc: str, init: str, combine: str, term: str, L: str, at: str, t: str = "f32", keep=""
     ) -> None:
         """At row level: ``acc`` = ``combine`` ({a}, {v}) folded over ``term`` ({v}: the element
-        ``at`` + j, j < L; ``at`` is "t0[b1 + "). cpu: one contiguous loop; cuda: each thread of
-        the row's block a strided part, then a tree in shared memory; every thread holds it."""
-        j, v = self.tmp("j"), self.tmp("x")
-        tid = "cuda.threadIdx.x"
-        with self.at_row():
-            self.emit(f"{acc} = {init}")
-            self.emit(
-                f"for {j} in range({L}):", cuda=f"for {j} in range({tid}, {L}, {ROW_THREADS}):"
-            )
-            self.emit(f"{v} = {at}{j}]", 1)
-            self.emit(f"{acc} = {combine.format(a=acc, v=term.format(v=v))}", 1)
-            sh, w = self.tmp("sh"), self.tmp("w")
-            cuda = [
-                f"{sh} = cuda.shared.array({ROW_THREADS}, {t})",
-                f"{sh}[{tid}] = {acc}",
-                "cuda.syncthreads()",
-                f"{w} = {ROW_THREADS // 2}",
-                f"while {w} > 0:",
-                f"    if {tid} < {w}:",
-                f"        {sh}[{tid}] = {combine.format(a=f'{sh}[{tid}]', v=f'{sh}[{tid} + {w}]')}",
-                "    cuda.syncthreads()",
-                f"    {w} //= 2",
-                f"{acc} = {sh}[0]",
-                "cuda.syncthreads()",  # every thread has read it before the next row's tree
+        ``at`` + j, j < L; ``at`` is "t0[b1 + "). cpu: one contiguous pass, ROW_UNROLL partial
+        folds in flight (a single one waits out each add's latency); cuda: each thread of the
+        row's block a strided part, then a tree in shared memory; every thread holds the result.
+        ``keep`` ("t1[b1 + "): each term is also stored there, for the element loop to reuse
+        (on cuda the thread that stores an element is the one that later writes it)."""
+        j, tid, U = self.tmp("j"), "cuda.threadIdx.x", ROW_UNROLL
+        parts = [f"{acc}_{u}" for u in range(U)]
+
+        def fold(a: str, at_j: str) -> list[str]:
+            x = self.tmp("x")
+            val, lines = term.format(v=x), [f"    {x} = {at}{at_j}]"]
+            if keep:
+                lines.append(f"    {keep}{at_j}] = {val}")
+                val = f"{keep}{at_j}]"
+            return lines + [f"    {a} = {combine.format(a=a, v=val)}"]
+
+        cpu = [f"{', '.join(parts)} = {', '.join([init] * U)}"]
+        cpu.append(f"for {j} in range(0, {L} - {U - 1}, {U}):")
+        for u, a in enumerate(parts):
+            cpu += fold(a, f"{j} + {u}" if u else j)
+        cpu += [f"for {j} in range({L} - {L} % {U}, {L}):", *fold(parts[0], j)]
+        while len(parts) > 1:
+            parts = [
+                f"({combine.format(a=parts[k], v=parts[k + 1])})" for k in range(0, len(parts), 2)
             ]
-            self.lines += [(None, line) for line in cuda]  # cuda only
+        cpu.append(f"{acc} = {parts[0]}")
+        sh, w = self.tmp("sh"), self.tmp("w")
+        cuda = [f"{acc} = {init}", f"for {j} in range({tid}, {L}, {ROW_THREADS}):"]
+        cuda += fold(acc, j)
+        cuda += [
+            f"{sh} = cuda.shared.array({ROW_THREADS}, {t})",
+            f"{sh}[{tid}] = {acc}",
+            "cuda.syncthreads()",
+            f"{w} = {ROW_THREADS // 2}",
+            f"while {w} > 0:",
+            f"    if {tid} < {w}:",
+            f"        {sh}[{tid}] = {combine.format(a=f'{sh}[{tid}]', v=f'{sh}[{tid} + {w}]')}",
+            "    cuda.syncthreads()",
+            f"    {w} //= 2",
+            f"{acc} = {sh}[0]",
+            "cuda.syncthreads()",  # every thread has read it before the next row's tree
+        ]
+        with self.at_row():
+            self.lines += [(ln, None) for ln in cpu] + [(None, ln) for ln in cuda]
 
     def coords(
         self, shape: tuple[int, ...], flat: str = "i", split: int | None = None

@@ -53,12 +53,16 @@ def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> i
         kb.emit(f"{base} = o * {L}")
     at = f"{src}[{base} + "
     kb.row_reduce(m, lit(-np.inf, acc), "max({a}, {v})", f"{acc}({{v}})", L, at, acc)
-    kb.row_reduce(s, lit(0, acc), "{a} + {v}", f"math.exp({acc}({{v}}) - {m})", L, at, acc)
-    xi = f"{acc}({src}[i])"
+    exp = f"math.exp({acc}({{v}}) - {m})"
     if node.op == "LogSoftmax":
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc)
         with kb.at_row():
             kb.emit(f"{s} = {m} + math.log({s})")
-        kb.emit(f"{dst}[i] = {xi} - {s}")
+        kb.emit(f"{dst}[i] = {acc}({src}[i]) - {s}")
+    elif x.dtype != np.float16:  # each exp kept in the output, then scaled: one exp an element
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc, keep=f"{dst}[{base} + ")
+        kb.emit(f"{dst}[i] = {dst}[i] / {s}")
     else:
-        kb.emit(f"{dst}[i] = math.exp({xi} - {m}) / {s}")
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc)
+        kb.emit(f"{dst}[i] = math.exp({acc}({src}[i]) - {m}) / {s}")
     return int(np.prod(y.shape))

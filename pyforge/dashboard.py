@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import ModelLoadError
 
 FACTOR = 1.1
-W, H, PAD = 380, 150, 34
+W, H, PAD = 350, 150, 34
 CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#223} h1{font-size:20px}
 h2{font-size:16px;margin-top:24px} .sub{color:#556;font-size:12px}
 table{border-collapse:collapse} td,th{border:1px solid #ccd;padding:2px 8px;text-align:left}
@@ -90,13 +90,14 @@ def _fmt(v: float, unit: str) -> str:
             if v >= scale:
                 return f"{v / scale:.3g} {u}"
         return f"{v * 1e9:.3g} ns"
-    return f"{v:,.4g} {unit}".strip()
+    return f"{int(v):,} {unit}".strip() if v == int(v) else f"{v:,.4g} {unit}".strip()
 
 
 def chart(order: list[str], points: dict[str, float], bad: set[str], unit: str) -> str:
     """One SVG: value over the commit axis shared by every chart; regressions red."""
     lo, hi = min(points.values()), max(points.values())
-    lo, hi = (lo * 0.95, hi * 1.05 + 1e-12) if hi - lo < 1e-12 else (lo, hi)
+    top, bottom = _fmt(hi, unit), "" if hi == lo else _fmt(lo, unit)
+    lo, hi = (lo - 1, hi + 1) if hi - lo < 1e-12 * abs(hi) + 1e-30 else (lo, hi)  # flat: mid
     step = (W - 2 * PAD) / max(len(order) - 1, 1)
 
     def xy(c: str) -> tuple[float, float]:
@@ -106,8 +107,8 @@ def chart(order: list[str], points: dict[str, float], bad: set[str], unit: str) 
     pts = [(c, *xy(c)) for c in order if c in points]
     parts = [
         f'<line x1="{PAD}" y1="{H - 22}" x2="{W - 8}" y2="{H - 22}" class="axis"/>',
-        f'<text x="2" y="14" class="tick">{_esc(_fmt(hi, unit))}</text>',
-        f'<text x="2" y="{H - 26}" class="tick">{_esc(_fmt(lo, unit))}</text>',
+        f'<text x="2" y="14" class="tick">{_esc(top)}</text>',
+        f'<text x="2" y="{H - 26}" class="tick">{_esc(bottom)}</text>',
         '<polyline fill="none" stroke="#26c" stroke-width="1.5" points="'
         + " ".join(f"{x:.1f},{y:.1f}" for _, x, y in pts)
         + '"/>',
@@ -136,7 +137,9 @@ def html_page(root: str | Path, title: str = "pyforge benchmarks") -> str:
     several = len({k[2] for k in data}) > 1
     found, charts = [], {}
     for (name, combo, where), points in sorted(data.items()):
-        unit = meta.get(name, {}).get("unit", "")
+        unit, names = meta.get(name, {}).get("unit", ""), meta.get(name, {}).get("param_names")
+        if names and len(names) == combo.count(", ") + 1:
+            combo = ", ".join(f"{k}={v}" for k, v in zip(names, combo.split(", ")))
         bad = regressions(order, points)
         found += [(name, combo, where, c, a, b, unit) for c, a, b in bad]
         label = f"{combo}  [{where}]" if several else combo

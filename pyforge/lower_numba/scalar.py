@@ -61,7 +61,7 @@ def _fdiv(a: str, b: str) -> str:
     return f"np.true_divide({a}, {b})"
 
 
-def _nan_max(a: str, b: str, op: str = "max") -> str:
+def nan_max(a: str, b: str, op: str = "max") -> str:
     # Python's max(a, b) drops a NaN b; ORT keeps either NaN and, of -0.0 and 0.0, gives b
     return f"({a} if {a} {'>' if op == 'max' else '<'} {b} or {a} != {a} else {b})"
 
@@ -142,7 +142,7 @@ def _fold(op: str):
     def expr(n: Node, a: list[str], t: str) -> str:
         out = a[0]
         for b in a[1:]:
-            out = _nan_max(out, b, op) if op in ("max", "min") else f"({out} {op} {b})"
+            out = nan_max(out, b, op) if op in ("max", "min") else f"({out} {op} {b})"
         return out
 
     return expr

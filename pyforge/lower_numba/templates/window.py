@@ -7,7 +7,7 @@ import numpy as np
 from ...ir import Node
 from ..emit import KernelBuilder, type_name
 from ..registry import lowering
-from ..scalar import _nan_max, lit
+from ..scalar import lit, nan_max
 from .geometry import nc_oh_ow, spatial2d, window2d
 
 
@@ -107,7 +107,7 @@ def global_reduce(node: Node, kb: KernelBuilder, hw: str, at) -> str:
     kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
     kb.emit(f"for {j} in range({hw}):")
     # any NaN makes the max NaN, as in the reference (np.max) and ORT for an all-NaN plane
-    kb.emit(f"{acc} = {_nan_max(acc, at(j))}" if is_max else f"{acc} += {at(j)}", 1)
+    kb.emit(f"{acc} = {nan_max(acc, at(j))}" if is_max else f"{acc} += {at(j)}", 1)
     if not is_max:
         kb.emit(f"{acc} = {acc} / {t}({hw})")
     return acc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -72,7 +73,13 @@ class CpuRuntime:
             max_concurrency = 1  # that threading layer aborts on parallel regions run at once
         self.pool = ContextPool(lambda: _CpuContext(self), max_concurrency, first)
 
+        self.threads = usable_threads()
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import numba
+
+        if numba.get_num_threads() != self.threads:  # per calling thread in Numba
+            numba.set_num_threads(self.threads)
         with self.pool.context() as ctx:
             return ctx.run(feeds)
 
@@ -173,6 +180,19 @@ class _CpuContext:
             name: self.views[name].reshape(self.plan.slots[name].shape).copy()
             for name in self.plan.outputs
         }
+
+
+def usable_threads() -> int:
+    """Threads a parallel region uses: the cores this process may run on (its affinity mask,
+    as taskset or a container sets it), at most NUMBA_NUM_THREADS. Numba's own default is
+    every core of the machine, which oversubscribes a process pinned to a few of them."""
+    import numba
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, numba.config.NUMBA_NUM_THREADS))
 
 
 def _workqueue_only() -> bool:

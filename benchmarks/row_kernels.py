@@ -93,13 +93,16 @@ def row_model(kind: str):
     return model, {"x": (rng.standard_normal((SEQ, LN_H)) * 3 + 1).astype(np.float32)}
 
 
-def _median_ms(fn, calls: int) -> float:
-    times = []
+def _median_ms(fn, calls: int) -> tuple[float, float]:
+    """Median wall and process-cpu milliseconds of one call: the cpu time (every thread's,
+    spinning included) does not grow while the process waits for a core, the wall time does."""
+    wall, cpu = [], []
     for _ in range(calls):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times) * 1e3)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return float(np.median(wall) * 1e3), float(np.median(cpu) * 1e3)
 
 
 def main() -> None:

@@ -98,16 +98,19 @@ def test_statistics_once_per_row(case):
 
 
 @pytest.mark.skipif(INSIDE, reason="cpu cases run outside the simulator")
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("case", ROW_KERNELS)
-def test_row_kernels_compile_to_ptx(case, tmp_path):
-    """The cuda form (one block per row, a shared-memory tree per statistic) types for sm_90."""
+def test_row_kernels_compile_to_ptx(case, precision, tmp_path):
+    """The cuda form (one block per row, a shared-memory tree per statistic) types for sm_90;
+    under fp16 the statistics are float32 (no float16 arithmetic is linked)."""
     from tests.lower_numba.test_ptx import _ptx_available, _ptx_of
 
     if not _ptx_available():
         pytest.skip("no NVVM/NVRTC to compile PTX")
-    plan, _ = compile_to_plan(CASES[case]()[0], specialize=True)
+    plan, _ = compile_to_plan(CASES[case]()[0], specialize=True, precision=precision)
     for step in kernel_steps(plan.steps):
         ptx = _ptx_of(plan, step, tmp_path)
+        assert "__half" not in ptx, step.label
         if step.launch is not None:
             assert "bar.sync" in ptx, step.label  # the block's threads meet per statistic
 

@@ -450,7 +450,7 @@ def compile(
         from .staged import StagedModel  # a node needs run-time data: run in stages
 
         return StagedModel(proto, e, target, options, runtime, specs)
-    except errors.ShapeError as e:
+    except (errors.ShapeError, errors.BadAttributeError) as e:  # both may come of the 1s
         free = free_symbols(specs)
         if not free:
             raise

@@ -92,3 +92,19 @@ def test_broadcast_matmul_and_gemm_c_match_ort_on_cuda():
     check_against_ort(model, {"a": _rand(sa), "b": _rand(sb)}, target="cuda")
     feeds = {"a": _rand((5, 4)), "b": _rand((5, 6)), "c": _rand((4, 1))}
     check_against_ort(_gemm((4, 1), trans_a=1), feeds, target="cuda")
+
+
+@pytest.mark.parametrize("scale_shape, zero_shape", [((1,), ()), ((), (1,)), ((1,), (1,))])
+def test_per_tensor_scale_and_zero_point_of_rank_0_and_1_mix(scale_shape, zero_shape):
+    # ORT's quantize_static writes a (1,) scale beside a scalar zero point
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        helper.make_node("QuantizeLinear", ["d", "s", "z"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.full(scale_shape, 0.05, np.float32), "s"),
+        numpy_helper.from_array(np.full(zero_shape, 128, np.uint8), "z"),
+    ]
+    model = make_model([nodes[0], nodes[1]], [("q", np.uint8, [6])], [("y", np.uint8, [6])], inits)
+    q = np.random.default_rng(3).integers(0, 256, 6).astype(np.uint8)
+    check_against_ort(model, {"q": q})

@@ -23,9 +23,14 @@ def _scale_axis(node: Node) -> tuple[int | None, int]:
     runs along; block > 0 when each scale covers that many elements of the axis."""
     x, scale, zero = node.inputs[0], node.inputs[1], _optional(node, 2)
     block = int(node.attrs.get("block_size", 0))
-    if zero is not None and tuple(zero.shape) != tuple(scale.shape):
+    one = scale.size == 1 and len(scale.shape) <= 1  # per tensor: () and (1,) alike, as ORT
+    if (
+        zero is not None
+        and tuple(zero.shape) != tuple(scale.shape)
+        and not (one and zero.size == 1 and len(zero.shape) <= 1)
+    ):
         raise ShapeError(node.op, node.name, f"zero point {zero.shape} != scale {scale.shape}")
-    if scale.size == 1 and len(scale.shape) <= 1 and not block:
+    if one and not block:
         return None, 0
     axis = norm_axis(node, int(node.attrs["axis"]), len(x.shape))
     if block:

@@ -2,15 +2,19 @@
 strides, pads, dilations, group widths (unrolled taps and the looped form), each fused epilogue,
 both layouts, fusion on and off."""
 
+import os
+
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
 import pyforge
 from pyforge.errors import PyforgeError
-from tests.helpers import check_against_ort, make_model
+from tests.helpers import check_against_ort, make_model, run_in_simulator
 
 rng = np.random.default_rng(17)
+INSIDE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"  # the simulator subprocess
+outside = pytest.mark.skipif(INSIDE, reason="cpu case: not rerun in the simulator")
 
 # an activation after Conv + bias, as the exporters write it: (nodes on "y", output name)
 EPILOGUES = {
@@ -63,6 +67,7 @@ GEOMETRY = [
 ]
 
 
+@outside
 @pytest.mark.parametrize("case", range(len(GEOMETRY)))
 def test_geometry_against_ort(case):
     shape, cout, group, attrs = GEOMETRY[case]
@@ -70,6 +75,7 @@ def test_geometry_against_ort(case):
     check_against_ort(model, feeds)
 
 
+@outside
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
 @pytest.mark.parametrize("fusion", [True, False])
 def test_epilogues_against_ort(epilogue, fusion):
@@ -79,6 +85,7 @@ def test_epilogues_against_ort(epilogue, fusion):
     check_against_ort(model, feeds, fusion=fusion)
 
 
+@outside
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_inverted_residual_both_layouts(layout):
     """1x1 expand, depthwise 3x3 + Relu6, 1x1 project: the dense convs around it in each layout."""
@@ -101,6 +108,7 @@ def test_inverted_residual_both_layouts(layout):
     check_against_ort(model, feeds, layout=layout)
 
 
+@outside
 def test_no_bias_and_nan_propagate():
     model, feeds = _model((1, 4, 8, 8), 4, 4, bias=False, kernel_shape=[3, 3], pads=[1] * 4)
     feeds["x"][0, 1, 3, 3] = np.nan
@@ -110,7 +118,43 @@ def test_no_bias_and_nan_propagate():
     assert np.isnan(got).sum() == 9
 
 
+@outside
 def test_3d_grouped_conv_is_refused_by_name():
     model, feeds = _model((1, 4, 4, 4, 4), 4, 4, kernel_shape=[3, 3, 3], pads=[1] * 6)
     with pytest.raises(PyforgeError, match="dwconv"):
         pyforge.compile(model, target="cpu").predict(feeds)
+
+
+@outside
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_cuda_kernels_compile_to_ptx(precision, tmp_path):
+    """The cuda form types as the GPU would (sm_90 PTX), without float16 arithmetic under fp16."""
+    from tests.lower_numba.test_ptx import _kernels, _ptx_available, _ptx_of
+
+    if not _ptx_available():
+        pytest.skip("no numba-cuda with NVVM/NVRTC ([cuda] extra) to compile PTX")
+    from pyforge.compiler import compile_to_plan
+
+    model, _ = _model((1, 8, 9, 9), 16, 4, "hardswish", kernel_shape=[3, 3], pads=[1] * 4)
+    plan, _ = compile_to_plan(model, specialize=True, layout="nhwc", precision=precision)
+    steps = [s for s in _kernels(plan) if "Conv" in s.label]
+    assert steps
+    for step in steps:
+        assert "__half" not in _ptx_of(plan, step, tmp_path), step.label
+
+
+@pytest.mark.sim
+@outside
+def test_cuda_form_in_simulator():
+    run_in_simulator(__file__, timeout=900)
+
+
+SIM_CASES = [GEOMETRY[i] for i in (1, 9, 11, 14)]  # stride 2, multiplier 2, 4 per group, 1-d
+
+
+@pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
+@pytest.mark.parametrize("case", range(len(SIM_CASES)))
+def test_cuda_form_against_ort(case):
+    shape, cout, group, attrs = SIM_CASES[case]
+    model, feeds = _model(shape, cout, group, "silu", **attrs)
+    check_against_ort(model, feeds, target="cuda")

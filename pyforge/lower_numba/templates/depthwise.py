@@ -9,6 +9,8 @@ with the bounds tested per tap. Either way the bias and activation fuse after it
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import UnsupportedOperatorError
 from ...ir import Node
 from ..emit import KernelBuilder, type_name
@@ -37,7 +39,8 @@ def grouped_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> st
         what = f"{len(x.shape) - 2}-d grouped convolution (1-d and 2-d only)"
         raise UnsupportedOperatorError(node.op, node.name, node.opset, what)
     kb.row_block = False  # the row-level work is per thread: the plain 2-d launch on cuda
-    t = type_name(x.dtype)
+    # float16 is storage only: summed in float32 (a cuda kernel must do no half arithmetic)
+    t = "f32" if np.float16 in (x.dtype, w.dtype) else type_name(x.dtype)
     xs, ws = kb.tensor(x.name), kb.tensor(w.name)
     (h, wd), (oh_, ow_) = spatial2d(x.shape), spatial2d(y.shape)
     cg, og = w.shape[1], w.shape[0] // node.attrs["group"]
@@ -96,6 +99,7 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
 def _cuda_sum(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, geo) -> None:
     """cuda: one output element summed over its group's channels and taps, bounds per tap."""
     (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg) = names, at, dims
+    wide = (lambda v: f"f32({v})") if t == "f32" else (lambda v: v)
     (kh, kw), (sh, sw), (dh, dw), pads = geo
     ci, ky, kx, ih, iw, c0 = (kb.tmp(p) for p in ("ci", "ky", "kx", "ih", "iw", "g"))
     _cuda(kb, f"{acc} = {lit(0, t)}")
@@ -109,4 +113,4 @@ def _cuda_sum(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, geo) -> N
     _cuda(kb, f"if {iw} >= 0 and {iw} < {W}:", 4)
     x_at = f"(({n} * {C} + {c0} + {ci}) * {H} + {ih}) * {W} + {iw}"
     w_at = f"(({co} * {cg} + {ci}) * {kh} + {ky}) * {kw} + {kx}"
-    _cuda(kb, f"{acc} += {xs}[{x_at}] * {ws}[{w_at}]", 5)
+    _cuda(kb, f"{acc} += {wide(f'{xs}[{x_at}]')} * {wide(f'{ws}[{w_at}]')}", 5)

@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD PYFORGE_CACHE=${PYFORGE_CACHE:-/tmp/pfcache} PYTHONUNBUFFERED=1
 step() { local t=$1; shift; echo "== $* (limit ${t}s)"; timeout "$t" "$@"; }
-NEW="attention|rnn|gru|lstm|loop|scan|test_if|nonzero|nonmax|roialign|gridsample|qlinearconv|convinteger|cumprod|lpnorm|compress|unique|softmax_cross|sce_|nllloss|center_crop"
+NEW="layer_normalization|softmax|rms_normalization|group_normalization|instance_norm|conv|attention|rnn|gru|lstm|loop|scan|test_if|nonzero|nonmax|roialign|gridsample|qlinearconv|convinteger|cumprod|lpnorm|compress|unique|softmax_cross|sce_|nllloss|center_crop"
 case "${1:-cuda}" in
 cuda)
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -18,6 +18,9 @@ cuda)
   step 200 python3 scripts/gpu_conformance_sample.py --skip-light --n 400 --budget-s 180 --match "$NEW" 2>&1 | grep -v -i warn | tee "$OUT/conformance_new_ops_cuda.txt" | tail -25
   step 120 python3 scripts/gpu_conformance_sample.py --n 200 --budget-s 100 2>&1 | grep -v -i warn | tee "$OUT/conformance_cuda.txt" | tail -8
   step 150 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt"
+  ;;
+fuzz)  # more seeds: bash scripts/gpu_verify.sh fuzz A:B
+  step 300 env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds "$2" --jobs 15 --out "$OUT/fuzz_more.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz_more.txt" | tail -12
   ;;
 cpu)
   nproc | tee "$OUT/cpu.txt"

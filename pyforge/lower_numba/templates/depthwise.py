@@ -63,18 +63,25 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
     offset into a row view (no bounds test, no index wrap: it vectorises)."""
     (xs, ws, t, out), (n, co), (H, W, C, OG, OW, OH), (cg, h, wd) = names, at, dims, sizes
     (kh, kw), (sh, sw), (dh, dw), pads = geo
-    HP, WP = kb.int_param(h + pads[0] + pads[2], "HP"), kb.int_param(wd + pads[1] + pads[3], "WP")
+    # a stride-s row is stored as s phases (padded column c at phase c % s, place c // s),
+    # so that every tap of a row of outputs reads consecutive elements
+    wq = -(-(wd + pads[1] + pads[3]) // sw)
+    HP, WQ, WR = (
+        kb.int_param(v, k) for v, k in ((h + pads[0] + pads[2], "HP"), (wq, "WQ"), (wq * sw, "WR"))
+    )
     buf, c0, ci, r, s, q, j, wb = (kb.tmp(v) for v in ("pad", "g", "ci", "r", "s", "q", "j", "wb"))
     src, dst, ar = kb.tmp("sx"), kb.tmp("dx"), kb.tmp("ar")
-    _cpu(kb, f"{buf} = np.zeros({cg} * {HP} * {WP}, {t})")
+    _cpu(kb, f"{buf} = np.zeros({cg} * {HP} * {WR}, {t})")
     _cpu(kb, f"{out} = np.empty({OH} * {OW}, {t})")
     _cpu(kb, f"{c0} = ({co} // {OG}) * {cg}")
     _cpu(kb, f"for {ci} in range({cg}):")
     _cpu(kb, f"for {r} in range({H}):", 1)
     _cpu(kb, f"{src} = {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {r}) * {W}:]", 2)
-    _cpu(kb, f"{dst} = {buf}[({ci} * {HP} + {r} + {pads[0]}) * {WP} + {pads[1]}:]", 2)
+    col = f"{s} + {pads[1]}"
+    at = col if sw == 1 else f"(({col}) % {sw}) * {WQ} + ({col}) // {sw}"
+    _cpu(kb, f"{dst} = {buf}[({ci} * {HP} + {r} + {pads[0]}) * {WR}:]", 2)
     _cpu(kb, f"for {s} in range({W}):", 2)
-    _cpu(kb, f"{dst}[{s}] = {src}[{s}]", 3)
+    _cpu(kb, f"{dst}[{at}] = {src}[{s}]", 3)
     _cpu(kb, f"for {q} in range({OH}):")
     _cpu(kb, f"{ar} = {out}[{q} * {OW}:]", 1)
     if cg > 1:
@@ -82,16 +89,19 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
         _cpu(kb, f"{ar}[{j}] = {lit(0, t)}", 2)
     _cpu(kb, f"for {ci} in range({cg}):", 1)
     _cpu(kb, f"{wb} = ({co} * {cg} + {ci}) * {kh * kw}", 2)
-    wv, rows = [kb.tmp("w") for _ in range(kh * kw)], [kb.tmp("a") for _ in range(kh)]
+    wv = [kb.tmp("w") for _ in range(kh * kw)]
     for k, v in enumerate(wv):
         _cpu(kb, f"{v} = {ws}[{wb} + {k}]", 2)
-    for ky, a in enumerate(rows):
-        _cpu(kb, f"{a} = {buf}[({ci} * {HP} + {q} * {sh} + {ky * dh}) * {WP}:]", 2)
-    terms = [
-        f"{rows[ky]}[{j} * {sw} + {kx * dw}] * {wv[ky * kw + kx]}"
-        for ky in range(kh)
-        for kx in range(kw)
-    ]
+    views: dict[tuple[int, int], str] = {}  # (ky, phase) -> a view of that input row phase
+    terms = []
+    for ky in range(kh):
+        for kx in range(kw):
+            phase, place = (kx * dw) % sw, (kx * dw) // sw
+            if (ky, phase) not in views:
+                views[ky, phase] = a = kb.tmp("a")
+                row = f"({ci} * {HP} + {q} * {sh} + {ky * dh}) * {WR} + {phase} * {WQ}"
+                _cpu(kb, f"{a} = {buf}[{row}:]", 2)
+            terms.append(f"{views[ky, phase]}[{j} + {place}] * {wv[ky * kw + kx]}")
     _cpu(kb, f"for {j} in range({OW}):", 2)
     _cpu(kb, f"{ar}[{j}] {'+=' if cg > 1 else '='} " + " + ".join(terms), 3)
 

@@ -36,6 +36,8 @@ def _patches(node: Node, x: np.ndarray, pad_value: float) -> np.ndarray:
     k, s, d, p = (node.attrs[a] for a in ("kernel_shape", "strides", "dilations", "pads"))
     nd = len(k)
     out = window_out_shape(node, x.shape[2:])
+    if 0 in out:  # an empty pool (as ORT gives it): no window to view
+        return np.empty((*x.shape[:2], *out, *k), x.dtype)
     extra = [
         max(0, (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - x.shape[2 + i] - p[i])
         for i in range(nd)
@@ -100,6 +102,8 @@ def _maxpool_eval(node: Node, xs):
     above 1) the first tap is; ORT and the reference agree on that."""
     x, nd = xs[0], xs[0].ndim - 2
     pat = _patches(node, x, np.nan)
+    if pat.size == 0:  # an empty pool
+        return [np.empty(pat.shape[: 2 + nd], x.dtype)]
     y = np.fmax.reduce(pat.reshape(*pat.shape[: 2 + nd], -1), axis=-1)
     if any(v != 1 for a in ("strides", "dilations") for v in node.attrs[a]):
         taps = _patches(node, np.ones_like(x, dtype=bool), False)

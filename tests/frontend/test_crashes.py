@@ -108,3 +108,27 @@ def test_per_tensor_scale_and_zero_point_of_rank_0_and_1_mix(scale_shape, zero_s
     model = make_model([nodes[0], nodes[1]], [("q", np.uint8, [6])], [("y", np.uint8, [6])], inits)
     q = np.random.default_rng(3).integers(0, 256, 6).astype(np.uint8)
     check_against_ort(model, {"q": q})
+
+
+def test_an_empty_max_pool_of_a_constant_folds():
+    # fuzzer seeds 12961 and 13841: the numpy reference viewed windows of an empty pool
+    import onnxruntime as ort
+
+    import pyforge
+
+    w = np.random.default_rng(4).standard_normal((4, 3, 1)).astype(np.float32)
+    attrs = dict(auto_pad="SAME_UPPER", ceil_mode=1, dilations=[2], kernel_shape=[3], strides=[2])
+    nodes = [
+        helper.make_node("MaxPool", ["w"], ["p"], **attrs),
+        helper.make_node("Add", ["p", "x"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [("x", np.float32, [1])],
+        [("y", np.float32, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    x = np.ones(1, np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = pyforge.compile(model, target="cpu").predict(x)
+    assert got.shape == want.shape == (4, 3, 0)

@@ -14,10 +14,10 @@ NEW="layer_normalization|softmax|rms_normalization|group_normalization|instance_
 case "${1:-cuda}" in
 cuda)
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-  step 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/exec/test_gpu.py tests/exec/test_threads.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED" | tail -12
-  step 200 python3 scripts/gpu_conformance_sample.py --skip-light --n 400 --budget-s 180 --match "$NEW" 2>&1 | grep -v -i warn | tee "$OUT/conformance_new_ops_cuda.txt" | tail -25
-  step 120 python3 scripts/gpu_conformance_sample.py --n 200 --budget-s 100 2>&1 | grep -v -i warn | tee "$OUT/conformance_cuda.txt" | tail -8
-  step 150 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt"
+  step 180 python3 -m pytest -q -m gpu -p no:cacheprovider tests/exec/test_gpu.py tests/exec/test_threads.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED" | tail -12
+  step 175 python3 scripts/gpu_conformance_sample.py --skip-light --n 400 --budget-s 150 --match "$NEW" 2>&1 | grep -v -i warn | tee "$OUT/conformance_new_ops_cuda.txt" | tail -25
+  step 90 python3 scripts/gpu_conformance_sample.py --n 200 --budget-s 60 2>&1 | grep -v -i warn | tee "$OUT/conformance_cuda.txt" | tail -8
+  step 110 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt"
   ;;
 fuzz)  # more seeds: bash scripts/gpu_verify.sh fuzz A:B
   step 300 env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds "$2" --jobs 15 --out "$OUT/fuzz_more.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz_more.txt" | tail -12

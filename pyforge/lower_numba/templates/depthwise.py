@@ -76,12 +76,17 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
     _cpu(kb, f"{c0} = ({co} // {OG}) * {cg}")
     _cpu(kb, f"for {ci} in range({cg}):")
     _cpu(kb, f"for {r} in range({H}):", 1)
-    _cpu(kb, f"{src} = {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {r}) * {W}:]", 2)
-    col = f"{s} + {pads[1]}"
-    at = col if sw == 1 else f"(({col}) % {sw}) * {WQ} + ({col}) // {sw}"
-    _cpu(kb, f"{dst} = {buf}[({ci} * {HP} + {r} + {pads[0]}) * {WR}:]", 2)
-    _cpu(kb, f"for {s} in range({W}):", 2)
-    _cpu(kb, f"{dst}[{at}] = {src}[{s}]", 3)
+    row = f"({ci} * {HP} + {r} + {pads[0]}) * {WR}"
+    for phase in range(sw):  # the input columns c - pl landing on places [lo, hi) of a phase
+        lo, hi = -(-(pads[1] - phase) // sw), -(-(wd + pads[1] - phase) // sw)
+        lo = max(lo, 0)
+        if hi <= lo:
+            continue
+        at = kb.int_param(lo * sw + phase - pads[1], "c")
+        _cpu(kb, f"{src} = {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {r}) * {W} + {at}:]", 2)
+        _cpu(kb, f"{dst} = {buf}[{row} + {phase} * {WQ} + {kb.int_param(lo, 'c')}:]", 2)
+        _cpu(kb, f"for {s} in range({kb.int_param(hi - lo, 'L')}):", 2)
+        _cpu(kb, f"{dst}[{s}] = {src}[{s} * {sw}]", 3)
     _cpu(kb, f"for {q} in range({OH}):")
     _cpu(kb, f"{ar} = {out}[{q} * {OW}:]", 1)
     if cg > 1:

@@ -197,6 +197,10 @@ class CudaContext:
             self.graph = CudaGraph(self.stream)
             self.graph.capture(self._launch_all)  # runs once first, so kernels compile outside
             self.stream.synchronize()
+        # those runs read a zeroed arena, where a computed index may well be out of range:
+        # what they flagged is no error of any predict
+        self.errors.copy_to_device(np.zeros(self.errors.size, np.int32), stream=self.stream)
+        self.stream.synchronize()
 
     # -- binding -------------------------------------------------------------------------------
     def bind_kernel(self, step: KernelStep) -> Callable[[], None]:

@@ -27,7 +27,10 @@ cpu)
   step 330 env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds 0:10000 --jobs 15 --out "$OUT/fuzz_summary.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz.txt" | tail -25
   step 240 python3 benchmarks/under_load.py --cores 2,3 2>&1 | grep -v -i warn | tee "$OUT/under_load.txt" | tail -25
   ;;
-corpus)
-  step 560 python3 benchmarks/corpus.py --target cuda --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -60
+corpus)  # bash scripts/gpu_verify.sh corpus [models] [seconds]
+  step "${3:-560}" python3 benchmarks/corpus.py --target cuda --isolate --timeout 80 --runs 3 ${2:+--models "$2"} --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -40
+  ;;
+sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
+  step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;
 esac

@@ -339,8 +339,11 @@ def run_entry(name: str, target: str = "cpu", runs: int = 5) -> Row:
         return row
     row.max_err = max(errs)
     if bad:
-        ref_off = _compare(_ort_run(_ort_session(path, optimise=False), feeds[0]), want[0])[0]
-        row.outcome = f"mismatch: {bad} (ORT unoptimised vs ORT: {ref_off:.2g}"
+        plain = _ort_run(_ort_session(path, optimise=False), feeds[0])
+        ref_off, pf_off = _compare(plain, want[0])[0], _compare(first, plain)[0]
+        row.outcome = (
+            f"mismatch: {bad} (ORT unoptimised vs ORT: {ref_off:.2g}, vs pyforge: {pf_off:.2g}"
+        )
         row.outcome += _reference_gap(path, feeds[0], first, want[0]) + ")"
     else:
         row.outcome = "pass"

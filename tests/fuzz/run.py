@@ -51,10 +51,12 @@ class Result:
     extra: dict = field(default_factory=dict)
 
 
-def run_ort(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
+def run_ort(model: onnx.ModelProto, feeds: dict, optimize: bool = True) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    if not optimize:  # ORT's kernels alone, none of its graph rewrites
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
@@ -188,6 +190,9 @@ def _judge(model, feeds, got, want, diff: str, variant: str) -> Result:
     except Exception as e:  # noqa: BLE001  (the reference lacks the op: ORT alone decides)
         detail = f"{diff} (reference failed: {e!s:.100})"
         if _non_finite(model, feeds):  # ORT alone is no judge of NaN and Inf (FINDINGS.md)
+            return Result(DISPUTE, "", detail, (variant,), "disagree")
+        if not differ(got, run_ort(model, feeds, optimize=False)):  # ORT's rewrite is off
+            detail += "; ORT without its graph optimisations agrees with pyforge"
             return Result(DISPUTE, "", detail, (variant,), "disagree")
         return Result("mismatch", "", detail, (variant,), "mm")
     ort_vs_ref = differ(want, ref)

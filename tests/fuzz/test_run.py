@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from tests.helpers import make_model
 
@@ -33,6 +33,23 @@ def test_reference_failing_on_nan_is_a_dispute():
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1], name="mp")
     model = make_model([node], [("x", np.float32, x.shape)], [("y", np.float32, None)], opset=18)
     assert classify(model, {"x": x}).cls == DISPUTE
+
+
+def test_an_ort_graph_rewrite_the_reference_cannot_check_is_a_dispute():
+    # seed 812 of the 10,344-graph run: ORT's optimised Transpose -> MatMul by a vector ->
+    # GatherElements is off by up to 4.9; onnx.reference refuses the GatherElements; ORT with
+    # its graph optimisations off agrees with pyforge (and numpy)
+    w = numpy_helper.from_array(np.array([-0.07, -0.93, 1.75, -1.63], np.float32), "w")
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["t", "w"], ["m"]),
+        helper.make_node("GatherElements", ["m", "i"], ["y"], axis=-1),
+    ]
+    inputs = [("x", np.float32, [3, 4, 5]), ("i", np.int64, [3, 1])]
+    model = make_model(nodes, inputs, [("y", np.float32, None)], [w], opset=23)
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+    res = classify(model, {"x": x, "i": np.array([[1], [4], [0]], np.int64)})
+    assert res.cls == DISPUTE and "without its graph optimisations agrees" in res.detail, res
 
 
 def test_wrong_answer_is_a_mismatch(monkeypatch):

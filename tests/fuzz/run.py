@@ -320,18 +320,28 @@ def _rows(seeds, out_dir, minimize, jobs, log, timeout):
         return
     import multiprocessing as mp
 
-    # set before the workers import numpy, numba and ORT: one thread each, jobs processes
-    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
+    # set before the workers import numpy, numba and ORT: one thread each, jobs processes; the
+    # parent's own values come back after the pool (Numba refuses a thread count that changes
+    # under threads it has launched, as in a test process that goes on compiling)
+    names = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {var: os.environ.get(var) for var in names}
+    os.environ.update(dict.fromkeys(names, "1"))
     ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked ORT or Numba threads
     init = (_worker_init, (os.environ["PYFORGE_CACHE"], out_dir, minimize, timeout))
-    # a new worker now and then: each graph's Numba kernels stay in memory
-    with ctx.Pool(jobs, *init, maxtasksperchild=200) as pool:
-        try:
-            yield from pool.imap_unordered(_worker_seed, seeds, chunksize=1)
-        except KeyboardInterrupt:
-            pool.terminate()
-            raise
+    try:
+        # a new worker now and then: each graph's Numba kernels stay in memory
+        with ctx.Pool(jobs, *init, maxtasksperchild=200) as pool:
+            try:
+                yield from pool.imap_unordered(_worker_seed, seeds, chunksize=1)
+            except KeyboardInterrupt:
+                pool.terminate()
+                raise
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 _WORKER: dict = {}

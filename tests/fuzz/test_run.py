@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -82,7 +83,10 @@ def test_summary_counts_and_lists(tmp_path):
 @pytest.mark.slow
 def test_parallel_run_writes_summary(tmp_path):
     out = tmp_path / "summary.json"
+    before = {v: os.environ.get(v) for v in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
     code = run.main(["--seeds", "0:4", "--jobs", "2", "--out", str(out)])
     summary = json.loads(out.read_text())
     assert summary["graphs"] == 4 and summary["jobs"] == 2
+    # the workers' one-thread settings do not stay in this process (Numba would refuse them)
+    assert {v: os.environ.get(v) for v in before} == before
     assert code == (1 if summary["crashes"] + summary["mismatches"] else 0)

@@ -28,6 +28,7 @@ __all__ = [
     "CompiledModel",
     "RuntimeOptions",
     "TensorSpec",
+    "TextGenerator",
     "compile",
     "default_target",
     "errors",
@@ -491,3 +492,12 @@ def load(
     runtime = load_options(runtime, kwargs, plan.stats)
     target = target or default_target()
     return CompiledModel(plan, target, runtime.resolve(target), progress=progress)
+
+
+def __getattr__(name: str):
+    """``pyforge.TextGenerator`` without importing the text-generation layer at ``import pyforge``."""
+    if name == "TextGenerator":
+        from .generate import TextGenerator
+
+        return TextGenerator
+    raise AttributeError(f"module 'pyforge' has no attribute {name!r}")

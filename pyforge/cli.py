@@ -16,6 +16,7 @@ line on stderr with exit code 1 (a wrong or inapplicable option too); usage erro
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -353,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("results", metavar="ASV_DIR", help="asv's results folder, e.g. .asv")
     p.add_argument("-o", "--output", default="dash.html", metavar="OUT.html")
     p.set_defaults(fn=cmd_dashboard)
+    # the text-generation and serving commands live beside their code (each imports its heavy
+    # dependencies only when run)
+    for name in ("pyforge.generate.export", "pyforge.generate.cli", "pyforge.serve.cli"):
+        importlib.import_module(name).add_commands(sub)
     return ap
 
 

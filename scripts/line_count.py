@@ -10,9 +10,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-# 8.6k at the P6 refactor (2026-12-01); room for symbolic shapes, control flow and the quantised and contrib
-# ops of the next issue (P7) before it must be raised
-CEILING = 14_000
+# 8.6k at the P6 refactor; 13.7k after P7/P8 (symbolic shapes, control flow, quantised and contrib
+# ops, staging). Raised to 20k on 2026-12-01 for three new subsystems: generate/ (GGUF decoders,
+# the KV-cache runtime), serve/ (Ray Serve) and opt/egraph/ (equality saturation, branch and bound)
+CEILING = 20_000
 
 
 def main() -> int:

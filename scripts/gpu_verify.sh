@@ -19,8 +19,8 @@ cuda)
   step 90 python3 scripts/gpu_conformance_sample.py --n 200 --budget-s 60 2>&1 | grep -v -i warn | tee "$OUT/conformance_cuda.txt" | tail -8
   step 110 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt"
   ;;
-fuzz)  # more seeds: bash scripts/gpu_verify.sh fuzz A:B
-  step 300 env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds "$2" --jobs 15 --out "$OUT/fuzz_more.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz_more.txt" | tail -12
+fuzz)  # more seeds: bash scripts/gpu_verify.sh fuzz A:B [seconds]
+  step "${3:-300}" env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds "$2" --jobs 15 --out "$OUT/fuzz_more.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz_more.txt" | tail -12
   ;;
 cpu)
   nproc | tee "$OUT/cpu.txt"

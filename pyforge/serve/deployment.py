@@ -1,0 +1,257 @@
+"""A model behind Ray Serve: ``ModelServer`` (one replica: an ``Engine`` and the dynamic
+batcher) and ``start`` (Ray on this machine, Serve on loopback, the deployment running).
+
+    POST /predict  {"inputs": {name: nested list}}  -> {"outputs": {name: nested list}}
+                   application/x-npy (one input) or x-npz (several) -> the same format back
+    GET  /healthz  -> "ok" once the replica's plans are built
+    GET  /metrics  -> this replica's Prometheus text: requests, batch sizes, latency, queue depth
+
+>>> app = start("mlp_dynamic.onnx", backend="pyforge", port=8000, max_batch_size=32)
+>>> # curl -s localhost:8000/predict -d '{"inputs": {"x": [[...256 floats...]]}}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from .. import errors
+from .engine import BACKENDS, Engine, batch_sizes, example_inputs
+
+NPY, NPZ = "application/x-npy", "application/x-npz"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How one model is served; checked by ``start`` before Ray starts."""
+
+    backend: str = "pyforge"
+    target: str | None = None
+    replicas: int = 1
+    max_batch_size: int = 32
+    batch_wait_ms: float = 10.0
+    max_queued: int = 256  # per caller (the HTTP proxy): beyond it, 503
+    max_body_bytes: int = 64 << 20
+    cpus_per_replica: float = 1.0
+    gpus_per_replica: float = 0.0
+    threads: int | None = None  # ORT intra-op threads (pyforge: NUMBA_NUM_THREADS)
+
+    def check(self) -> None:
+        """An ``OptionError`` naming the first bad field."""
+        if self.backend not in BACKENDS:
+            raise errors.OptionError(
+                "backend", f"backend must be one of {BACKENDS}: got {self.backend!r}"
+            )
+        batch_sizes(self.max_batch_size)
+        for name in ("replicas", "max_queued", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise errors.OptionError(name, f"{name} must be >= 1: got {getattr(self, name)}")
+        if self.batch_wait_ms < 0:
+            raise errors.OptionError(
+                "batch_wait_ms", f"batch_wait_ms must be >= 0: got {self.batch_wait_ms}"
+            )
+
+
+class _Metrics:
+    """Per-replica Prometheus metrics in their own registry (served at /metrics)."""
+
+    def __init__(self) -> None:
+        import prometheus_client as pc
+
+        self.registry = pc.CollectorRegistry()
+        self.requests = pc.Counter(
+            "pyforge_requests", "requests by status", ["status"], registry=self.registry
+        )
+        self.batch = pc.Histogram(
+            "pyforge_batch_size",
+            "requests per batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=self.registry,
+        )
+        self.latency = pc.Histogram(
+            "pyforge_latency_seconds",
+            "time in the replica, parse to reply",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+            registry=self.registry,
+        )
+        self.queue = pc.Gauge(
+            "pyforge_queue_depth", "requests in this replica", registry=self.registry
+        )
+
+    def text(self) -> bytes:
+        import prometheus_client as pc
+
+        return pc.generate_latest(self.registry)
+
+
+class ModelServer:
+    """One replica: the model, its dynamic batcher and the HTTP routes."""
+
+    def __init__(self, model: str, config: dict):
+        self.config = ServeConfig(**config)
+        c = self.config
+        self.engine = Engine(model, c.backend, c.max_batch_size, c.target, c.threads)
+        self.engine.warm_up(example_inputs(self.engine))
+        self._batched.set_max_batch_size(max(self.engine.sizes))
+        self._batched.set_batch_wait_timeout_s(c.batch_wait_ms / 1000)
+        self.metrics = _Metrics()
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def _batched(self, requests: list[dict]) -> list[dict]:
+        self.metrics.batch.observe(len(requests))
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.engine.batch_predict, requests
+        )
+
+    async def predict(self, inputs) -> dict:
+        """One request through the batcher (for ``DeploymentHandle`` callers)."""
+        return await self._batched(self.engine.check(inputs))
+
+    async def batch_predict(self, requests: list) -> list[dict]:
+        """Several requests at once, batched together, past the batcher."""
+        checked = [self.engine.check(r) for r in requests]
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.engine.batch_predict, checked
+        )
+
+    async def __call__(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        if path == "healthz":
+            return PlainTextResponse("ok")
+        if path == "metrics":
+            return Response(self.metrics.text(), media_type="text/plain; version=0.0.4")
+        if path != "predict":
+            return _error(
+                404, f"no route {request.url.path!r}: POST /predict, GET /healthz, /metrics"
+            )
+        if request.method != "POST":
+            return _error(405, "/predict takes POST")
+        t0 = time.perf_counter()
+        self.metrics.queue.inc()
+        try:
+            response = await self._predict_http(request)
+        finally:
+            self.metrics.queue.dec()
+        self.metrics.requests.labels(str(response.status_code)).inc()
+        self.metrics.latency.observe(time.perf_counter() - t0)
+        return response
+
+    async def _predict_http(self, request: Request) -> Response:
+        limit = self.config.max_body_bytes
+        if int(request.headers.get("content-length") or 0) > limit:
+            return _error(413, f"body over the limit of {limit:,} bytes")
+        body = await request.body()
+        if len(body) > limit:
+            return _error(413, f"body over the limit of {limit:,} bytes")
+        kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        try:
+            inputs, cast = _decode(kind, body, self.engine.input_names)
+            outputs = await self._batched(self.engine.check(inputs, cast=cast))
+        except errors.PyforgeError as e:
+            return _error(400, str(e), type(e).__name__)
+        return _encode(kind, outputs)
+
+
+def _decode(kind: str, body: bytes, names: list[str]) -> tuple[dict, bool]:
+    """The request's inputs (a dict name -> value) and whether to cast them (JSON lists)."""
+    if kind in ("application/json", ""):
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise errors.InputError(f"body is not JSON: {e}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("inputs"), dict):
+            raise errors.InputError('JSON body must be {"inputs": {name: nested list}}')
+        return data["inputs"], True
+    if kind not in (NPY, NPZ):
+        raise errors.InputError(f"content type {kind!r}: send application/json, {NPY} or {NPZ}")
+    try:
+        loaded = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise errors.InputError(f"body is not a {kind} file: {e}") from None
+    if kind == NPY:
+        if not isinstance(loaded, np.ndarray):
+            raise errors.InputError(f"{NPY} body holds no single array")
+        if len(names) != 1:
+            raise errors.InputError(f"model takes inputs {names}: send them as {NPZ}")
+        return {names[0]: loaded}, False
+    if not hasattr(loaded, "files"):
+        raise errors.InputError(f"{NPZ} body is not an .npz archive")
+    return {k: loaded[k] for k in loaded.files}, False
+
+
+def _encode(kind: str, outputs: dict) -> Response:
+    if kind in (NPY, NPZ):
+        buf = io.BytesIO()
+        if kind == NPY and len(outputs) == 1:
+            np.save(buf, next(iter(outputs.values())))
+        else:
+            np.savez(buf, **outputs)
+            kind = NPZ
+        return Response(buf.getvalue(), media_type=kind)
+    return JSONResponse({"outputs": {k: v.tolist() for k, v in outputs.items()}})
+
+
+def _error(status: int, message: str, kind: str = "RequestError") -> JSONResponse:
+    return JSONResponse({"error": message, "type": kind}, status_code=status)
+
+
+def deployment(config: ServeConfig, name: str = "pyforge"):
+    """The Serve deployment of ``ModelServer`` with this config's replicas and bounds."""
+    c = config
+    return serve.deployment(ModelServer, name=name).options(
+        num_replicas=c.replicas,
+        ray_actor_options={"num_cpus": c.cpus_per_replica, "num_gpus": c.gpus_per_replica},
+        max_ongoing_requests=2 * c.max_batch_size,
+        max_queued_requests=c.max_queued,
+        graceful_shutdown_timeout_s=10,
+        graceful_shutdown_wait_loop_s=0.5,
+        health_check_period_s=2,
+    )
+
+
+def start(
+    model: str,
+    config: ServeConfig | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    name: str = "pyforge",
+    route_prefix: str = "/",
+    num_cpus: int | None = None,
+    **fields,
+):
+    """Start Ray here (unless connected), Serve on ``host:port`` and the model's deployment;
+    returns its ``DeploymentHandle``. Stop with ``stop()``."""
+    import ray
+
+    config = config or ServeConfig(**fields)
+    config.check()
+    if not ray.is_initialized():
+        # replicas import pyforge from where this process found it
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        ray.init(
+            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
+    serve.start(http_options={"host": host, "port": port})
+    app = deployment(config, name).bind(os.path.abspath(model), asdict(config))
+    return serve.run(app, name=name, route_prefix=route_prefix)
+
+
+def stop() -> None:
+    """Shut Serve down (replicas drain what they hold) and then Ray."""
+    import ray
+
+    if ray.is_initialized():
+        serve.shutdown()
+        ray.shutdown()

@@ -1,0 +1,328 @@
+"""The decoder runtime: ``TextGenerator`` runs an ONNX decoder (optimum's layout) on pyforge's
+per-shape plans with a KV cache kept between calls.
+
+The cache holds, per layer, key and value rows for the tokens already fed (the conversation).
+Each step feeds that cache as ``past`` padded to a bucket (rows past the valid ones are masked
+off by ``attention_mask``, as the decoder layout allows), so one plan serves every step of a
+bucket; the new rows are copied out of ``present`` into the cache. A prompt is left-padded to
+its prefill bucket with masked tokens, so a few plans serve every prompt length.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import errors
+from .sampling import Sampling
+
+DECODE_BUCKET = 64  # past rows fed per decode plan: a multiple of this (BENCHMARKS.md)
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)  # prompt lengths padded up to these
+_PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)")
+
+
+@dataclass
+class Generation:
+    """What ``generate`` returns: the new token ids and their text, why it stopped (``"eos"``,
+    ``"stop"``, ``"length"``, ``"max_context"``) and its timings."""
+
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = "length"
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose cache rows were kept from the last call
+    prefill_ms: float = 0.0  # the prompt's new suffix, up to the first token's logits
+    decode_ms: list[float] = field(default_factory=list)  # one per later token
+
+    @property
+    def decode_ms_per_token(self) -> float:
+        return float(np.mean(self.decode_ms)) if self.decode_ms else float("nan")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the runtime reads from the decoder's inputs."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: np.dtype
+    inputs: tuple[str, ...]
+
+
+def _layout(model) -> _Layout:
+    specs = {s.name: s for s in model.inputs}
+    found = {(int(m[1]), m[2]) for m in map(_PAST.fullmatch, specs) if m}
+    layers = len({i for i, _ in found})
+    missing = [n for n in ("input_ids", "attention_mask") if n not in specs]
+    if not layers or missing or found != {(i, k) for i in range(layers) for k in ("key", "value")}:
+        raise errors.ModelLoadError(
+            f"not a decoder in the past_key_values layout: inputs {sorted(specs)} (needs "
+            "input_ids, attention_mask and past_key_values.{i}.key/value for i = 0..layers-1)"
+        )
+    shape = specs["past_key_values.0.key"].shape
+    if len(shape) != 4 or not all(isinstance(d, int) for d in shape[1::2]):
+        raise errors.ModelLoadError(
+            f"past_key_values.0.key has shape {shape}: (batch, kv_heads, past, head_dim) with "
+            "kv_heads and head_dim fixed is needed"
+        )
+    dtype = np.dtype(specs["past_key_values.0.key"].dtype)
+    return _Layout(layers, shape[1], shape[3], dtype, tuple(specs))
+
+
+class _Cache:
+    """Per layer key and value rows, preallocated to ``max_context``. The rows of one head lie
+    together with ``stride`` rows between heads, so the fed ``past`` (all ``stride`` rows) is one
+    dense array; growing the stride moves rows into a second buffer (none when kv_heads is 1)."""
+
+    def __init__(self, lay: _Layout, max_context: int, device: bool):
+        self.lay, self.device = lay, device
+        n = lay.kv_heads * max_context * lay.head_dim
+        if device:
+            from numba import cuda
+
+            alloc = lambda: cuda.device_array(n, lay.dtype)
+        else:
+            alloc = lambda: np.zeros(n, lay.dtype)
+        self.bufs = [[alloc()] for _ in range(2 * lay.layers)]
+        if lay.kv_heads > 1:
+            for pair in self.bufs:
+                pair.append(alloc())
+        self.stride = 0
+        self.tokens: list[int] = []  # the ids whose rows are held, in order
+
+    def past(self) -> dict[str, Any]:
+        shape = (1, self.lay.kv_heads, self.stride, self.lay.head_dim)
+        size = int(np.prod(shape))
+        return {
+            _name("past_key_values", i): b[0][:size].reshape(shape) for i, b in enumerate(self.bufs)
+        }
+
+    def append(self, outs: dict[str, Any], first: int, ids: Sequence[int], stride: int) -> None:
+        """Rows ``first..first+len(ids)`` of each ``present`` become the rows after the held
+        ones; the layout moves to ``stride`` first if it grows."""
+        held, hd, kv = len(self.tokens), self.lay.head_dim, self.lay.kv_heads
+        for i, pair in enumerate(self.bufs):
+            present = outs[_name("present", i)].reshape(-1)
+            if stride != self.stride and kv > 1:  # the held rows to the other buffer's layout
+                for h in range(kv):
+                    self._copy(pair[1], h * stride * hd, pair[0], h * self.stride * hd, held * hd)
+                pair.reverse()
+            src_stride = present.shape[0] // (kv * hd)
+            for h in range(kv):
+                dst, src = (h * stride + held) * hd, (h * src_stride + first) * hd
+                self._copy(pair[0], dst, present, src, len(ids) * hd)
+        self.stride = stride
+        self.tokens.extend(ids)
+
+    def _copy(self, dst, at: int, src, frm: int, n: int) -> None:
+        if n == 0:
+            return
+        if not self.device:
+            dst[at : at + n] = src[frm : frm + n]
+        elif isinstance(src, np.ndarray):  # predict gave host outputs (every past was empty)
+            dst[at : at + n].copy_to_device(np.ascontiguousarray(src[frm : frm + n]))
+        elif os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+            from cuda.bindings import driver as drv
+
+            size = self.lay.dtype.itemsize  # the default stream orders after predict's sync
+            dptr = dst.device_ctypes_pointer.value + at * size
+            sptr = src.device_ctypes_pointer.value + frm * size
+            drv.cuMemcpyDtoDAsync(dptr, sptr, n * size, 0)
+        else:
+            dst[at : at + n].copy_to_device(src[frm : frm + n])
+
+
+def _name(prefix: str, i: int) -> str:
+    return f"{prefix}.{i // 2}.{'value' if i % 2 else 'key'}"
+
+
+def _bucket(n: int, sizes: Sequence[int] | None, limit: int) -> int:
+    if not sizes:
+        return n
+    return min(next((s for s in sizes if s >= n), n), max(limit, n))
+
+
+class TextGenerator:
+    """A decoder with its KV cache. The cache is kept between calls: a prompt whose first tokens
+    equal the conversation so far (the last prompt and what was generated) prefills only the
+    rest; ``reset()`` starts a fresh conversation.
+
+    >>> gen = pyforge.TextGenerator.from_gguf("gemma-3-270m-q4_k_m.gguf", target="cpu")
+    >>> r = gen.generate("The capital of France is", max_new_tokens=16)
+    >>> r.text, r.prefill_ms, r.decode_ms_per_token
+    >>> for tok in gen.stream([2, 651, 6037], max_new_tokens=8, do_sample=True, seed=0): ...
+    >>> gen.reset()                                  # a new conversation: nothing reused
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        *,
+        max_context: int = 2048,
+        eos_id: int | None = None,
+        decode_bucket: int = DECODE_BUCKET,
+        prefill_buckets: Sequence[int] | None = PREFILL_BUCKETS,
+    ):
+        if not isinstance(max_context, int) or max_context < 2:
+            raise errors.OptionError("max_context", f"max_context={max_context!r}: an int >= 2")
+        if not isinstance(decode_bucket, int) or decode_bucket < 1:
+            raise errors.OptionError("decode_bucket", f"decode_bucket={decode_bucket!r}: int >= 1")
+        self.model, self.tokenizer, self.max_context = model, tokenizer, max_context
+        self.eos_id = eos_id if eos_id is not None else getattr(tokenizer, "eos_id", None)
+        self.decode_bucket = decode_bucket
+        self.prefill_buckets = tuple(sorted(prefill_buckets)) if prefill_buckets else None
+        self.layout = _layout(model)
+        self._cache = _Cache(self.layout, max_context, model.target == "cuda")
+
+    @classmethod
+    def from_onnx(
+        cls, decoder, tokenizer=None, target: str | None = None, max_context: int = 2048, **kw
+    ) -> TextGenerator:
+        """Any decoder in the layout (a path, bytes or ModelProto); ``tokenizer`` (encode,
+        decode, eos_id) is needed for str prompts and ``.text`` only. Takes ``__init__``'s
+        keywords (eos_id, decode_bucket, prefill_buckets) and ``max_plans`` (default 64)."""
+        import pyforge
+
+        model = pyforge.compile(decoder, target=target, max_plans=kw.pop("max_plans", 64))
+        return cls(model, tokenizer, max_context=max_context, **kw)
+
+    @classmethod
+    def from_gguf(
+        cls, path, target: str | None = None, max_context: int = 2048, precision: str = "fp32", **kw
+    ) -> TextGenerator:
+        """A Gemma 3 GGUF file: its weights as a decoder that returns the last position's
+        logits only, and its own tokenizer."""
+        from . import gemma3, gguf, tokenizer
+
+        config, weights, _ = gguf.read_gguf(os.fspath(path))
+        proto = gemma3.build_decoder(config, weights, precision=precision, logits="last")
+        del weights
+        tok = tokenizer.from_gguf(os.fspath(path))
+        return cls.from_onnx(proto, tok, target=target, max_context=max_context, **kw)
+
+    def reset(self) -> None:
+        """Forget the conversation: the next call prefills its whole prompt."""
+        self._cache.tokens, self._cache.stride = [], 0
+
+    @property
+    def conversation(self) -> list[int]:
+        """The token ids whose cache rows are held (what a next prompt may continue)."""
+        return list(self._cache.tokens)
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32, **kw) -> Generation:
+        """Generate up to ``max_new_tokens`` after ``prompt`` (a str, tokenised with BOS, or a
+        list of ids used as given). Keywords: do_sample, temperature, top_k, top_p, seed (see
+        ``Sampling``) and stop (strings that end the text, cut before them). Stops at eos."""
+        result = Generation()
+        for _ in self._run(result, *self._check(prompt, max_new_tokens, **kw)):
+            pass
+        return result
+
+    def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 32, **kw) -> Iterator[int]:
+        """``generate``'s tokens one by one as they come; the same keywords (checked at once)."""
+        return self._run(Generation(), *self._check(prompt, max_new_tokens, **kw))
+
+    def _check(self, prompt, max_new_tokens, *, stop=None, **sampling):
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise errors.OptionError("max_new_tokens", f"max_new_tokens={max_new_tokens!r}: >= 1")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if not all(isinstance(s, str) and s for s in stops):
+            raise errors.OptionError("stop", f"stop={stop!r}: a str or a list of non-empty strs")
+        if stops and self.tokenizer is None:
+            raise errors.OptionError("stop", "stop strings need a tokenizer")
+        unknown = sorted(set(sampling) - {"do_sample", "temperature", "top_k", "top_p", "seed"})
+        if unknown:
+            raise errors.OptionError(unknown[0], f"generate takes no option {unknown[0]!r}")
+        choose = Sampling(**sampling).chooser()
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise errors.InputError("a str prompt needs a tokenizer: pass token ids instead")
+            ids = list(self.tokenizer.encode(prompt, add_bos=True))
+        elif isinstance(prompt, Sequence | np.ndarray) and all(
+            isinstance(t, int | np.integer) and not isinstance(t, bool) for t in prompt
+        ):
+            ids = [int(t) for t in prompt]
+        else:
+            raise errors.InputError(
+                f"prompt must be a str or a list of int ids, not {prompt!r:.80}"
+            )
+        if not ids or len(ids) > self.max_context:
+            raise errors.InputError(
+                f"the prompt has {len(ids)} tokens: 1 to max_context={self.max_context} fit "
+                "(pass a larger max_context for a longer one)"
+            )
+        return ids, max_new_tokens, choose, stops
+
+    def _run(self, result: Generation, ids, max_new_tokens, choose, stops) -> Iterator[int]:
+        result.prompt_tokens = len(ids)
+        t0 = time.perf_counter()
+        logits = self._prefill(ids, result)
+        for step in range(max_new_tokens):
+            token = choose(logits)
+            if step == 0:
+                result.prefill_ms = (time.perf_counter() - t0) * 1e3
+            else:
+                result.decode_ms.append((time.perf_counter() - t0) * 1e3)
+            if token == self.eos_id:
+                result.stop_reason = "eos"
+                break
+            result.tokens.append(token)
+            if stops:
+                text = self.tokenizer.decode(result.tokens)
+                at = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                if at >= 0:
+                    result.text, result.stop_reason = text[:at], "stop"
+                    yield token
+                    return
+            yield token
+            if step == max_new_tokens - 1:
+                break
+            if len(self._cache.tokens) >= self.max_context:
+                result.stop_reason = "max_context"
+                break
+            t0 = time.perf_counter()
+            logits = self._step([token], 1)
+        if self.tokenizer is not None:
+            result.text = self.tokenizer.decode(result.tokens)
+
+    def _prefill(self, ids: list[int], result: Generation) -> np.ndarray:
+        held = self._cache.tokens
+        keep = next(
+            (i for i, (a, b) in enumerate(zip(held, ids)) if a != b), min(len(held), len(ids))
+        )
+        keep = min(keep, len(ids) - 1)  # at least one token is fed: its logits come next
+        del held[keep:]
+        result.reused_tokens = keep
+        new = ids[keep:]
+        return self._step(new, _bucket(len(new), self.prefill_buckets, self.max_context - keep))
+
+    def _step(self, ids: list[int], width: int) -> np.ndarray:
+        """Feed ``ids`` after the held rows, left-padded to ``width`` with masked tokens; their
+        rows join the cache; returns the last token's logits."""
+        cache, held, pad = self._cache, len(self._cache.tokens), width - len(ids)
+        stride = cache.stride
+        mask = np.zeros((1, stride + width), np.int64)
+        mask[0, :held] = 1
+        mask[0, stride + pad :] = 1
+        # a pad token sits at the first new position: it attends the held rows or the first
+        # new token, never nothing (an all-masked row could be NaN, and NaN times 0 is NaN)
+        positions = np.full((1, width), held, np.int64)
+        positions[0, pad:] = np.arange(held, held + len(ids))
+        feeds = {"input_ids": np.array([[ids[0]] * pad + ids], np.int64), "attention_mask": mask}
+        if "position_ids" in self.layout.inputs:
+            feeds["position_ids"] = positions
+        feeds.update(cache.past())
+        outs = self.model.predict(feeds)
+        grown = -(-(held + len(ids)) // self.decode_bucket) * self.decode_bucket
+        cache.append(outs, stride + pad, ids, max(stride, min(grown, self.max_context)))
+        logits = outs["logits"]
+        logits = logits.copy_to_host() if hasattr(logits, "copy_to_host") else np.asarray(logits)
+        return logits[0, -1]

@@ -2,6 +2,68 @@
 
 from __future__ import annotations
 
+import argparse
+import os
+import signal
+import sys
+import threading
+
 
 def add_commands(sub) -> None:
-    """Register the ``serve`` command (not yet built)."""
+    """Register ``serve`` (Ray is imported only when it runs)."""
+    p = sub.add_parser("serve", help="serve a model over HTTP with Ray Serve (dynamic batching)")
+    p.add_argument(
+        "model", metavar="MODEL", help="an .onnx path or a built-in model (batch dim free)"
+    )
+    p.add_argument("--backend", choices=["pyforge", "ort"], default="pyforge")
+    p.add_argument("--target", choices=["cpu", "cuda"], default=None, help="pyforge's target")
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--max-batch-size", type=int, default=32, help="plans for 1, 2, 4, ... up to it")
+    p.add_argument(
+        "--batch-wait-ms", type=float, default=10.0, help="how long a batch waits to fill"
+    )
+    p.add_argument("--max-queued", type=int, default=256, help="queued requests before 503")
+    p.add_argument("--cpus-per-replica", type=float, default=1.0)
+    p.add_argument("--gpus-per-replica", type=float, default=0.0)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(fn=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ..cli import BUILTIN, CliError
+    from ..models import cached_model
+
+    if args.model in BUILTIN and not os.path.exists(args.model):
+        path = cached_model(args.model, batch="batch")  # the batch dim left free, for batching
+    elif os.path.isfile(args.model):
+        path = args.model
+    else:
+        raise CliError(f"{args.model}: no such ONNX file, and not a built-in model {list(BUILTIN)}")
+    try:
+        from .deployment import ServeConfig, start, stop
+    except ImportError as e:
+        raise CliError(f"pyforge serve needs Ray Serve: pip install 'ray[serve]' ({e})") from None
+    config = ServeConfig(
+        backend=args.backend,
+        target=args.target,
+        replicas=args.replicas,
+        max_batch_size=args.max_batch_size,
+        batch_wait_ms=args.batch_wait_ms,
+        max_queued=args.max_queued,
+        cpus_per_replica=args.cpus_per_replica,
+        gpus_per_replica=args.gpus_per_replica,
+    )
+    config.check()
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        start(path, config, host=args.host, port=args.port)
+        url = f"http://{args.host}:{args.port}"
+        print(f"serving {args.model} ({args.backend}) at {url}/predict; Ctrl-C stops", flush=True)
+        done.wait()
+        print("stopping: draining requests in flight", file=sys.stderr, flush=True)
+    finally:
+        stop()
+    return 0

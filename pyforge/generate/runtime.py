@@ -181,6 +181,7 @@ class TextGenerator:
         self.prefill_buckets = tuple(sorted(prefill_buckets)) if prefill_buckets else None
         self.layout = _layout(model)
         self._cache = _Cache(self.layout, max_context, model.target == "cuda")
+        self.last: Generation | None = None
 
     @classmethod
     def from_onnx(
@@ -227,7 +228,8 @@ class TextGenerator:
         return result
 
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 32, **kw) -> Iterator[int]:
-        """``generate``'s tokens one by one as they come; the same keywords (checked at once)."""
+        """``generate``'s tokens one by one as they come; the same keywords (checked at once).
+        ``last`` is the ``Generation`` of the latest call (timings, stop_reason), filled as it runs."""
         return self._run(Generation(), *self._check(prompt, max_new_tokens, **kw))
 
     def _check(self, prompt, max_new_tokens, *, stop=None, **sampling):
@@ -262,7 +264,7 @@ class TextGenerator:
         return ids, max_new_tokens, choose, stops
 
     def _run(self, result: Generation, ids, max_new_tokens, choose, stops) -> Iterator[int]:
-        result.prompt_tokens = len(ids)
+        self.last, result.prompt_tokens = result, len(ids)
         t0 = time.perf_counter()
         logits = self._prefill(ids, result)
         for step in range(max_new_tokens):

@@ -281,3 +281,19 @@ def test_gpt2_exported_by_transformers(tmp_path):
     assert max(np.abs(a - b).max() for a, b in zip(logits, want_logits)) < 1e-4
     more = ids + result.tokens + [1, 2, 3]
     assert gen.generate(more, max_new_tokens=5).tokens == ort_greedy(sess, more, 5)[0]
+
+
+def test_cli_generate_streams_ids_and_prints_the_timings(decoder, tmp_path, capsys):
+    from pyforge.cli import main
+
+    path = tmp_path / "decoder.onnx"
+    path.write_bytes(decoder.SerializeToString())
+    argv = ["generate", str(path), "--prompt", ",".join(map(str, prompt(9, 6))), "--ids"]
+    argv += ["--max-new-tokens", "5", "--target", "cpu", "--max-context", "64"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    sess = ort.InferenceSession(decoder.SerializeToString())
+    assert out.split() == [str(t) for t in ort_greedy(sess, prompt(9, 6), 5)[0]]
+    assert "prefill" in err and "ms/token" in err
+    assert main(["generate", str(path), "--prompt", "hello"]) == 1  # no tokenizer for text
+    assert "--tokenizer" in capsys.readouterr().err

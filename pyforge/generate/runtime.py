@@ -189,11 +189,13 @@ class TextGenerator:
     ) -> TextGenerator:
         """Any decoder in the layout (a path, bytes or ModelProto); ``tokenizer`` (encode,
         decode, eos_id) is needed for str prompts and ``.text`` only. Takes ``__init__``'s
-        keywords (eos_id, decode_bucket, prefill_buckets) and ``max_plans`` (default 64)."""
+        keywords (eos_id, decode_bucket, prefill_buckets); the rest go to ``pyforge.compile``
+        (max_plans defaults to 64: one plan per decode bucket and prompt bucket used)."""
         import pyforge
 
-        model = pyforge.compile(decoder, target=target, max_plans=kw.pop("max_plans", 64))
-        return cls(model, tokenizer, max_context=max_context, **kw)
+        mine = {k: kw.pop(k) for k in ("eos_id", "decode_bucket", "prefill_buckets") if k in kw}
+        model = pyforge.compile(decoder, target=target, **{"max_plans": 64, **kw})
+        return cls(model, tokenizer, max_context=max_context, **mine)
 
     @classmethod
     def from_gguf(

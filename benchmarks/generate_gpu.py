@@ -1,0 +1,262 @@
+"""Gemma 3 270M text generation on one GPU: pyforge (cuda) against HF transformers, eager and
+static cache + torch.compile, on the same random weights (speed does not depend on the values;
+the GGUF file is too large to send to the GPU machine). Greedy, batch 1, fp32.
+
+    python benchmarks/generate_gpu.py            # prompts 5, 128, 1024; 128 new tokens
+    python benchmarks/generate_gpu.py --quick    # prompts 5, 128; 32 new tokens
+
+Needs torch, transformers (5.x), onnx, numba-cuda; nothing from the network and no file. Every
+peer runs under one deadline (--budget seconds, default 420); a peer that fails or runs out of
+time is a row saying so. The table is printed last. ``benchmarks/generate_peers.py`` imports
+the weight mapping and the HF timing from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# GGUF tensor name (as pyforge/generate/gemma3.py reads weights) -> transformers' Gemma 3 name
+_LAYER = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}  # fmt: skip
+
+
+def hf_names(layers: int) -> dict[str, str]:
+    names = {
+        "token_embd.weight": "model.embed_tokens.weight",
+        "output_norm.weight": "model.norm.weight",
+    }
+    for i in range(layers):
+        names.update(
+            {f"blk.{i}.{g}.weight": f"model.layers.{i}.{h}.weight" for g, h in _LAYER.items()}
+        )
+    return names
+
+
+def is_norm(name: str) -> bool:  # GGUF stores Gemma's RMSNorm scales as 1 + w
+    return name.endswith("norm.weight")
+
+
+def hf_config(c, attn: str = "eager"):
+    import transformers
+
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": c.rope_local},
+            "full_attention": {"rope_type": "default", "rope_theta": c.rope_global}}  # fmt: skip
+    kinds = ["sliding_attention" if c.sliding(i) else "full_attention" for i in range(c.layers)]
+    cfg = transformers.Gemma3TextConfig(
+        hidden_size=c.hidden, num_hidden_layers=c.layers, num_attention_heads=c.heads,
+        num_key_value_heads=c.kv_heads, head_dim=c.head_dim, intermediate_size=c.ffn,
+        vocab_size=c.vocab, rms_norm_eps=c.eps, sliding_window=c.window, layer_types=kinds,
+        query_pre_attn_scalar=int(c.query_pre_attn_scalar), max_position_embeddings=c.context,
+        rope_parameters=rope, hidden_activation="gelu_pytorch_tanh",
+    )  # fmt: skip
+    cfg._attn_implementation = attn
+    return cfg
+
+
+def hf_model(c, weights: dict[str, np.ndarray], device: str, attn: str = "eager"):
+    """transformers' Gemma3ForCausalLM holding ``weights`` (GGUF-named, as gemma3.py takes)."""
+    import torch
+    import transformers
+
+    model = transformers.Gemma3ForCausalLM(hf_config(c, attn))
+    state = {
+        hf: torch.from_numpy(weights[g] - 1 if is_norm(g) else weights[g])
+        for g, hf in hf_names(c.layers).items()
+    }
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:
+        raise RuntimeError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    model = model.to(device).eval()
+    return model
+
+
+def gguf_weights(model) -> dict[str, np.ndarray]:
+    """The inverse: a transformers Gemma 3's weights, GGUF-named, for gemma3.build_decoder."""
+    state = model.state_dict()
+    out = {}
+    for g, hf in hf_names(model.config.num_hidden_layers).items():
+        w = state[hf].detach().float().cpu().numpy()
+        out[g] = (w + 1 if is_norm(g) else w).astype(np.float32)
+    return out
+
+
+def prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
+    return [2] + [
+        int(t) for t in np.random.default_rng(seed + n).integers(10, min(vocab, 30000), n - 1)
+    ]
+
+
+def time_hf(model, ids: list[int], new: int, device: str, static: bool = False):
+    """(prefill ms, decode ms/token, tokens) of transformers' generate(), greedy, no early eos:
+    prefill = a generate of one token; decode = the rest of a generate of ``new`` / (new - 1)."""
+    import torch
+
+    x = torch.tensor([ids], device=device)
+    kw = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
+    if static:
+        import transformers
+
+        kw["cache_implementation"] = "static"
+        compile_config = transformers.CompileConfig(fullgraph=True, mode="reduce-overhead")
+        compile_config._compile_all_devices = True  # generate() compiles on cuda only otherwise
+        kw["compile_config"] = compile_config
+
+    def run(n):
+        sync(device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(x, max_new_tokens=n, min_new_tokens=n, **kw)
+        sync(device)
+        return (time.perf_counter() - t0) * 1e3, out[0, len(ids) :].tolist()
+
+    run(new)  # warm-up: compiles (static) and allocates
+    one, _ = run(1)
+    full, tokens = run(new)
+    return one, (full - one) / (new - 1), tokens
+
+
+def time_hf_eager_loop(model, ids: list[int], new: int, device: str):
+    """The eager forward loop itself (no generate() overhead): prefill, then one token per call."""
+    import torch
+
+    def run():
+        with torch.no_grad():
+            sync(device)
+            t0 = time.perf_counter()
+            out = model(torch.tensor([ids], device=device), use_cache=True)
+            tok = int(out.logits[0, -1].argmax())
+            t1 = time.perf_counter()
+            tokens = [tok]
+            for _ in range(new - 1):
+                out = model(
+                    torch.tensor([[tok]], device=device),
+                    past_key_values=out.past_key_values,
+                    use_cache=True,
+                )
+                tok = int(out.logits[0, -1].argmax())
+                tokens.append(tok)
+            t2 = time.perf_counter()
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3 / (new - 1), tokens
+
+    run()
+    return run()
+
+
+def time_pyforge(gen, ids: list[int], new: int):
+    gen.reset()
+    gen.generate(ids, max_new_tokens=new)  # warm-up: compiles the plans of every bucket used
+    gen.reset()
+    r = gen.generate(ids, max_new_tokens=new)
+    return r.prefill_ms, r.decode_ms_per_token, r.tokens
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+class Table:
+    def __init__(self, lengths, new: int, deadline: float):
+        self.lengths, self.new, self.deadline, self.rows = lengths, new, deadline, []
+        self.reference: dict[int, list[int]] = {}
+
+    def run(self, name: str, fn, need_s: float = 5.0) -> None:
+        """One peer: fn(ids) -> (prefill ms, decode ms/token, tokens) per prompt length."""
+        cells = []
+        for n in self.lengths:
+            if time.monotonic() + need_s > self.deadline:
+                cells.append("out of time")
+                continue
+            try:
+                t0 = time.monotonic()
+                pre, dec, tokens = fn(n)
+                ref = self.reference.setdefault(n, tokens)
+                same = next((i for i, (a, b) in enumerate(zip(ref, tokens)) if a != b), len(ref))
+                cells.append(f"{pre:9.2f} {dec:8.3f} {same:4d}")
+                print(f"  {name} prompt {n}: prefill {pre:.2f} ms, decode {dec:.3f} ms/token, "
+                      f"{same}/{len(ref)} tokens as the first peer ({time.monotonic() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            except Exception as e:  # noqa: BLE001  (a peer that fails is a row saying why)
+                cells.append(f"failed: {type(e).__name__}: {str(e)[:60]}")
+                print(f"  {name} prompt {n}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        self.rows.append((name, cells))
+
+    def print(self, title: str) -> None:
+        print(f"\n{title}")
+        print("cells: prefill ms, decode ms/token, greedy tokens equal to the first row's (of "
+              f"{self.new}); prompt lengths {list(self.lengths)}")  # fmt: skip
+        head = "".join(f" | prompt {n:<22d}" for n in self.lengths)
+        print(f"{'peer':34s}{head}")
+        for name, cells in self.rows:
+            print(f"{name:34s}" + "".join(f" | {c:29s}" for c in cells))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="prompts 5 and 128, 32 new tokens")
+    ap.add_argument("--budget", type=float, default=420, help="seconds for every peer together")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--tiny", action="store_true", help="the tiny config (a smoke test)")
+    ap.add_argument("--skip", default="", help="comma-separated peers to skip: eager,compile")
+    args = ap.parse_args(argv)
+    deadline = time.monotonic() + args.budget
+    import torch
+
+    import pyforge
+    from pyforge.generate import gemma3
+
+    device = args.device if args.device == "cpu" or torch.cuda.is_available() else "cpu"
+    config = gemma3.Gemma3Config.tiny() if args.tiny else gemma3.Gemma3Config()
+    lengths = (5, 128) if args.quick else (5, 128, 1024)
+    new = 32 if args.quick else 128
+    ctx = max(lengths) + new + 64
+    if args.tiny:
+        lengths, new, ctx = (5, 16), 32, 96
+    t0 = time.monotonic()
+    weights = gemma3.random_weights(config, seed=0)
+    proto = gemma3.build_decoder(config, weights, logits="last", max_context=ctx)
+    print(f"random weights and decoder built in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    table = Table(lengths, new, deadline)
+    target = "cuda" if device == "cuda" else "cpu"
+    gen = pyforge.TextGenerator.from_onnx(proto, None, target=target, max_context=ctx)
+    del proto
+    table.run(f"pyforge {target} fp32", lambda n: time_pyforge(gen, prompt(n, config.vocab), new))
+    gen = None  # its plans and cache go before the next peer loads
+    skip = set(args.skip.split(","))
+    if "eager" not in skip:
+        model = hf_model(config, weights, device)
+        table.run("HF eager (forward loop)",
+                  lambda n: time_hf_eager_loop(model, prompt(n, config.vocab), new, device))  # fmt: skip
+        table.run("HF eager generate()",
+                  lambda n: time_hf(model, prompt(n, config.vocab), new, device))  # fmt: skip
+        del model
+    if "compile" not in skip:
+        model = hf_model(config, weights, device, attn="sdpa")
+        table.run("HF static cache + torch.compile",
+                  lambda n: time_hf(model, prompt(n, config.vocab), new, device, static=True),
+                  need_s=60)  # fmt: skip
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    table.print(f"Gemma 3 {'tiny' if args.tiny else '270M'} (random weights), batch 1, fp32, "
+                f"greedy, {new} new tokens; {name}; torch {torch.__version__}; "
+                f"{time.strftime('%Y-%m-%d %H:%M')}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -201,3 +201,24 @@ def test_range_zero_delta_refused():
     model = make_model([node], [], [("y", np.float32, None)], inits, 18)
     with pytest.raises(pyforge.errors.ShapeError, match="range0.*delta is 0"):
         pyforge.compile(model, target="cpu")
+
+
+# seeds 21938, 22175, 24064, 24896 (the 10,000-graph run at ced6ebf): a SAME-padded
+# ConvTranspose whose kernel is smaller than its stride; the spec's in·stride would need negative
+# pads, ORT keeps the unpadded size (onnx.reference fails on these)
+@pytest.mark.parametrize(
+    "shape, wshape, attrs",
+    [
+        ((1, 2, 3), (2, 2, 1), dict(auto_pad="SAME_LOWER", strides=[2], output_padding=[0])),
+        ((5, 4, 5), (4, 1, 1), dict(auto_pad="SAME_LOWER", strides=[2], group=4)),
+        ((1, 1, 2, 2), (1, 2, 3, 1), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+        ((4, 3, 3), (3, 2, 3), dict(auto_pad="SAME_UPPER", strides=[2])),
+    ],
+)
+def test_conv_transpose_same_kernel_below_stride(shape, wshape, attrs):
+    rng = np.random.default_rng(24896)
+    w = numpy_helper.from_array(rng.uniform(-1, 1, wshape).astype(np.float32), "w")
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", **attrs)
+    model = make_model([node], [("x", np.float32, shape)], [("y", np.float32, None)], [w], 18)
+    x = rng.uniform(-2, 2, shape).astype(np.float32)
+    check_against_ort(model, {"x": x})

@@ -120,7 +120,11 @@ def _convt_normalize(node: Node) -> None:
     span = [(kernel[i] - 1) * dil[i] + 1 for i in range(nd)]
     full = [strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + span[i] for i in range(nd)]
     if pads is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out_shape = list(out_shape or [x.shape[2 + i] * strides[i] for i in range(nd)])
+        if (
+            out_shape is None
+        ):  # ORT: in·stride, but never below the unpadded size (no negative pads)
+            total = [max(0, full[i] - x.shape[2 + i] * strides[i]) for i in range(nd)]
+            out_shape = [full[i] - total[i] for i in range(nd)]
         total = [full[i] - out_shape[i] for i in range(nd)]
         small = [t // 2 for t in total]
         big = [t - t // 2 for t in total]

@@ -231,21 +231,27 @@ def start(
 ):
     """Start Ray here (unless connected), Serve on ``host:port`` and the model's deployment;
     returns its ``DeploymentHandle``. Stop with ``stop()``."""
-    import ray
-
     config = config or ServeConfig(**fields)
     config.check()
-    if not ray.is_initialized():
-        # replicas import pyforge from where this process found it
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        ray.init(
-            num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
+    init_ray(num_cpus)
     serve.start(http_options={"host": host, "port": port})
     app = deployment(config, name).bind(os.path.abspath(model), asdict(config))
     return serve.run(app, name=name, route_prefix=route_prefix)
+
+
+def init_ray(num_cpus: int | None = None) -> None:
+    """Ray on this machine (unless already up), its replicas importing pyforge from where this
+    process found it."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    ray.init(
+        num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False
+    )
 
 
 def stop() -> None:

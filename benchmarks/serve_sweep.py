@@ -1,0 +1,332 @@
+"""Tail-latency sweep of pyforge and ONNX Runtime behind the same Ray Serve (issue 15).
+
+    python benchmarks/serve_sweep.py [--models mlp,resnet50,minilm] [--backends pyforge,ort]
+        [--concurrency 1,8,16,32,64] [--rates 0.25,0.5,0.8] [--seconds 10] [--requests 2000]
+        [--clients 2] [--max-batch-size 32] [--batch-wait-ms 10] [--seq 32] [--md BENCHMARKS.md]
+
+One Serve on 127.0.0.1: first a no-op endpoint (reads the body, answers one byte), whose
+closed-loop figures are the client's ceiling; then, per model, both backends deployed side by
+side (/pyforge, /ort), each driven closed-loop at every concurrency (the backends alternate
+within a level) and open-loop at fixed request rates (fractions of pyforge's best closed-loop
+throughput, the same rate for both; latency counted from the scheduled send time, so a backlog
+shows). Each request carries a unique seeded input (.npy, or .npz for several inputs); the
+client processes (asyncio + aiohttp, keep-alive) pre-build their bodies before the clock
+starts. Every answer is compared with a direct ``predict`` of the same input by the same
+backend in this process (rtol 1e-4, atol 1e-5): ``wrong`` counts those that differ. ``--md``
+appends the table to that file under "## Serving (issue 15)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import io
+import multiprocessing as mp
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+NPY, NPZ = "application/x-npy", "application/x-npz"
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def make_input(specs: list, seed: int, seq: int) -> dict[str, np.ndarray]:
+    """One request's seeded input (one row): free dims after the first take ``seq``."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, dims, dtype in specs:
+        shape = [1] + [d if isinstance(d, int) else seq for d in dims[1:]]
+        if "mask" in name:
+            out[name] = np.ones(shape, dtype)
+        elif np.issubdtype(dtype, np.integer):
+            out[name] = rng.integers(0, 2 if "type" in name else 1000, shape).astype(dtype)
+        else:
+            out[name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+def encode(feeds: dict[str, np.ndarray]) -> tuple[bytes, str]:
+    buf = io.BytesIO()
+    if len(feeds) == 1:
+        np.save(buf, next(iter(feeds.values())))
+        return buf.getvalue(), NPY
+    np.savez(buf, **feeds)
+    return buf.getvalue(), NPZ
+
+
+def decode(body: bytes, kind: str) -> dict | np.ndarray:
+    loaded = np.load(io.BytesIO(body), allow_pickle=False)
+    return {k: loaded[k] for k in loaded.files} if kind == NPZ else loaded
+
+
+def client(job: dict) -> tuple[float, float, list[tuple]]:
+    """One client process: build its bodies, then send them closed- or open-loop; returns the
+    wall-clock times of its first send and last answer, and (seed, latency s, status, body)."""
+    bodies = [(s, *encode(make_input(job["specs"], s, job["seq"]))) for s in job["seeds"]]
+    start = time.time()
+    results = asyncio.run(_drive(job, bodies))
+    return start, time.time(), results
+
+
+async def _drive(job: dict, bodies: list) -> list[tuple]:
+    import aiohttp
+
+    results: list[tuple] = []
+    deadline = time.perf_counter() + job["seconds"]
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as http:
+
+        async def one(seed: int, body: bytes, kind: str, t0: float) -> None:
+            try:
+                async with http.post(job["url"], data=body, headers={"Content-Type": kind}) as r:
+                    got = await r.read()
+                    status = r.status
+            except (TimeoutError, aiohttp.ClientError) as e:
+                got, status = repr(e).encode(), -1
+            results.append((seed, time.perf_counter() - t0, status, got))
+
+        if job["rate"] is None:  # closed loop: each worker sends its next as the last answers
+            pending = iter(bodies)
+
+            async def worker() -> None:
+                for seed, body, kind in pending:
+                    if time.perf_counter() > deadline:
+                        return
+                    await one(seed, body, kind, time.perf_counter())
+
+            await asyncio.gather(*(worker() for _ in range(job["concurrency"])))
+        else:  # open loop: sends at fixed times, whatever the answers do
+            start, tasks = time.perf_counter(), []
+            for i, (seed, body, kind) in enumerate(bodies):
+                at = start + i / job["rate"]
+                if at > deadline:
+                    break
+                await asyncio.sleep(max(0.0, at - time.perf_counter()))
+                tasks.append(asyncio.create_task(one(seed, body, kind, at)))
+            await asyncio.gather(*tasks)
+    return results
+
+
+class Sweep:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.pool = mp.get_context("spawn").Pool(args.clients)
+        self.next_seed = 0
+        self.rows: list[dict] = []
+
+    def level(self, url, specs, engine, label, concurrency=None, rate=None) -> dict:
+        a = self.args
+        total = (
+            max(a.requests, 4 * (concurrency or 1)) if rate is None else int(rate * a.seconds) + 1
+        )
+        seeds = list(range(self.next_seed, self.next_seed + total))
+        self.next_seed += total
+        jobs = [
+            {"url": url, "specs": specs, "seq": a.seq, "seeds": seeds[k :: a.clients], "seconds": a.seconds,
+             "concurrency": max(1, (concurrency or 0) // a.clients + (k < (concurrency or 0) % a.clients)),
+             "rate": None if rate is None else rate / a.clients}
+            for k in range(a.clients)
+        ]  # fmt: skip
+        if concurrency is not None and concurrency < a.clients:  # c=1: one client process
+            jobs = [dict(jobs[0], seeds=seeds, concurrency=concurrency)]
+        parts = self.pool.map(client, jobs)
+        results = [r for _, _, part in parts for r in part]
+        wall = max(p[1] for p in parts) - min(p[0] for p in parts)
+        ok = [r for r in results if r[2] == 200]
+        lat = np.array([r[1] for r in ok]) * 1e3 if ok else np.array([np.nan])
+        wrong = (
+            sum(not _same(engine, specs, a.seq, seed, body) for seed, _, _, body in ok)
+            if engine
+            else 0
+        )
+        row = {
+            "what": label, "mode": "closed" if rate is None else "open",
+            "level": concurrency if rate is None else f"{rate:.0f}/s", "n": len(results),
+            "rps": len(ok) / max(wall, 1e-9), "p50": np.percentile(lat, 50), "p99": np.percentile(lat, 99),
+            "p999": np.percentile(lat, 99.9), "errors": len(results) - len(ok), "wrong": wrong,
+        }  # fmt: skip
+        print(_fmt(row), flush=True)
+        self.rows.append(row)
+        return row
+
+
+def _same(engine, specs, seq, seed, body) -> bool:
+    feeds = make_input(specs, seed, seq)
+    want = engine.predict(feeds)
+    got = decode(body, NPY if len(want) == 1 else NPZ)
+    got = got if isinstance(got, dict) else {next(iter(want)): got}
+    return all(np.allclose(got[k], v, rtol=RTOL, atol=ATOL) for k, v in want.items())
+
+
+def _fmt(row: dict) -> str:
+    return (
+        f"| {row['what']} | {row['mode']} | {row['level']} | {row['n']} | {row['rps']:,.1f} | "
+        f"{row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | {row['errors']} | {row['wrong']} |"
+    )
+
+
+HEADER = (
+    "| endpoint | loop | concurrency / rate | requests | req/s | p50 ms | p99 ms | p99.9 ms | errors | wrong |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def model_path(name: str) -> str:
+    from pyforge.models import cached_model
+
+    if name in ("mlp", "resnet50"):
+        return cached_model(name, batch="batch")
+    corpus = Path(os.environ.get("PYFORGE_CORPUS") or Path.home() / ".cache" / "pyforge-corpus")
+    path = corpus / "minilm_l6.onnx"
+    if not path.exists():
+        sys.exit(f"{path} missing: build it with python benchmarks/corpus.py --models minilm_l6")
+    return str(path)
+
+
+def noop_deployment():
+    from ray import serve
+    from starlette.responses import Response
+
+    @serve.deployment(max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.1})
+    class Noop:
+        async def __call__(self, request):
+            await request.body()
+            return Response(b"\x00", media_type=NPY)
+
+    return Noop
+
+
+def direct_p50(engine, specs, seq: int, runs: int = 200) -> float:
+    feeds = [make_input(specs, 10**9 + i, seq) for i in range(runs)]
+    times = []
+    for f in feeds:
+        t0 = time.perf_counter()
+        engine.predict(f)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="mlp,resnet50,minilm")
+    ap.add_argument("--backends", default="pyforge,ort")
+    ap.add_argument("--concurrency", default="1,8,16,32,64")
+    ap.add_argument("--rates", default="0.25,0.5,0.8", help="fractions of pyforge's best req/s")
+    ap.add_argument("--seconds", type=float, default=10.0, help="at most this long per level")
+    ap.add_argument("--requests", type=int, default=2000, help="at most this many per level")
+    ap.add_argument("--clients", type=int, default=2, help="client processes")
+    ap.add_argument("--max-batch-size", type=int, default=32)
+    ap.add_argument("--batch-wait-ms", type=float, default=10.0)
+    ap.add_argument("--seq", type=int, default=32, help="sequence length of text models")
+    ap.add_argument("--md", help="append the table to this markdown file")
+    args = ap.parse_args(argv)
+
+    from ray import serve
+
+    from pyforge.serve.deployment import ServeConfig, init_ray, start, stop
+    from pyforge.serve.engine import Engine
+
+    levels = [int(c) for c in args.concurrency.split(",")]
+    sweep = Sweep(args)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    notes = []
+    try:
+        init_ray(num_cpus=8)
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(noop_deployment().bind(), name="noop", route_prefix="/noop")
+        specs = [("x", ("batch", 256), np.dtype(np.float32))]
+        for c in levels:
+            sweep.level(f"{base}/noop", specs, None, "no-op (client ceiling)", concurrency=c)
+        for name in args.models.split(","):
+            path = model_path(name)
+            engines, config = {}, {}
+            for backend in args.backends.split(","):
+                config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
+                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5)  # fmt: skip
+                start(
+                    path,
+                    config,
+                    host="127.0.0.1",
+                    port=port,
+                    name=f"{name}-{backend}",
+                    route_prefix=f"/{backend}",
+                )
+                engines[backend] = Engine(path, backend, args.max_batch_size)
+            specs = [(s.name, s.dims, s.dtype) for s in next(iter(engines.values())).specs]
+            for backend, engine in engines.items():
+                notes.append(
+                    f"{name} direct predict ({backend}, batch 1) p50 {direct_p50(engine, specs, args.seq):.3f} ms"
+                )
+                print(notes[-1], flush=True)
+            best = {}
+            for c in levels:
+                order = list(engines) if c % 2 == 0 else list(engines)[::-1]
+                for backend in order:
+                    row = sweep.level(
+                        f"{base}/{backend}/predict", specs, engines[backend], f"{name} {backend}", c
+                    )
+                    best[backend] = max(best.get(backend, 0.0), row["rps"])
+            peak = best.get("pyforge", max(best.values()))
+            for frac in [float(f) for f in args.rates.split(",") if f]:
+                for backend, engine in engines.items():
+                    sweep.level(
+                        f"{base}/{backend}/predict",
+                        specs,
+                        engine,
+                        f"{name} {backend}",
+                        rate=frac * peak,
+                    )
+            for backend in engines:
+                serve.delete(f"{name}-{backend}")
+    finally:
+        sweep.pool.terminate()
+        stop()
+    if args.md:
+        _append(args, notes, sweep.rows)
+    return 0
+
+
+def _append(args, notes: list[str], rows: list[dict]) -> None:
+    import ray
+
+    import pyforge
+
+    load = os.getloadavg()
+    text = [
+        "",
+        (
+            f"Run of {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+            f"({os.cpu_count()} cores, load average {load[0]:.1f} at the end: shared with other sessions), "
+            f"pyforge {pyforge.__version__}, Ray {ray.__version__}, one replica per backend, max batch "
+            f"{args.max_batch_size}, batch wait {args.batch_wait_ms} ms, {args.clients} client processes, "
+            f"at most {args.seconds:.0f} s or {args.requests} requests per level, text models at seq {args.seq}:"
+        ),
+        "",
+        "    python benchmarks/serve_sweep.py " + " ".join(sys.argv[1:]),
+        "",
+        HEADER,
+        *(_fmt(r) for r in rows),
+        "",
+        *(f"- {n}" for n in notes),
+        "",
+    ]
+    with open(args.md, "a") as f:
+        f.write("\n".join(text))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -102,11 +102,10 @@ class StagedModel:
             out = self._first.predict({n: feeds[n] for n in c.first_inputs})
             env.update(out if isinstance(out, dict) else {c.first_outputs[0]: out})
         if c.host is not None:
-            from .frontend.stages import host_eval
+            from .frontend.stages import host_eval, node_reads
 
-            env.update(
-                host_eval(self._proto, c.host, {n: _host(env[n]) for n in c.host.input if n in env})
-            )
+            reads = {n: _host(env[n]) for n in node_reads(c.host) if n in env}
+            env.update(host_eval(self._proto, c.host, reads))
         arrays = {n: _host(env[n]) for n in [*c.rest_inputs, *c.constants]}
         key = tuple((n, a.shape, a.dtype.str) for n, a in arrays.items())
         key += tuple(arrays[n].tobytes() for n in c.constants)

@@ -19,8 +19,32 @@ from ..errors import DataDependentError
 from .checks import outer_names
 
 
-def _reads(node: onnx.NodeProto) -> list[str]:
+def node_reads(node: onnx.NodeProto) -> list[str]:
     return [n for n in [*node.input, *outer_names(node)] if n]
+
+
+_DRAWS = ("Random", "Bernoulli", "Multinomial")  # a copy would draw other numbers
+_GRAPH_KINDS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+def _has_body(node: onnx.NodeProto) -> bool:
+    return any(a.type in _GRAPH_KINDS for a in node.attribute)
+
+
+def _static(g: onnx.GraphProto, inits: set[str]) -> set[int]:
+    """The nodes computed from constants alone: both stages compute them, so a constant the
+    first stage reads stays a constant of the second (a Slice's axes, say)."""
+    known, found = set(inits), set()
+    for i, n in enumerate(g.node):
+        pure = (
+            not _has_body(n)
+            and not n.op_type.startswith(_DRAWS)
+            and (n.input or n.op_type == "Constant")
+        )
+        if pure and all(r in known for r in node_reads(n)):
+            found.add(i)
+            known.update(n.output)
+    return found
 
 
 @dataclass
@@ -49,7 +73,7 @@ class Cut:
         inits = [
             numpy_helper.from_array(np.asarray(arrays[n], order="C"), n) for n in self.constants
         ]
-        used = {n for node in self._rest_nodes for n in _reads(node)}
+        used = {n for node in self._rest_nodes for n in node_reads(node)}
         inits += [t for t in g.initializer if t.name in used and t.name not in self.constants]
         outs = [o for o in g.output if o.name in made]
         graph = helper.make_graph(self._rest_nodes, g.name or "rest", inputs, outs, inits)
@@ -64,16 +88,20 @@ def _model(like: onnx.ModelProto, graph: onnx.GraphProto) -> onnx.ModelProto:
 
 
 def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
-    """Cut ``proto`` at the node ``err`` names (its index ``err.top``); ``err`` again when the
-    values it needs are not tensors of the model's own graph (made inside a function body)."""
+    """Cut ``proto`` at the node ``err`` names (its index ``err.top``). Where what it needs is
+    made inside its own If, Loop or Scan body, the whole node runs on the host; ``err`` again
+    when the values are not tensors of the model's own graph (made inside a function body)."""
     g = proto.graph
     node = g.node[err.top]
-    host = None if err.values else node
-    needs = list(err.values) or [n for n in node.input if n]
     made_by = {o: i for i, n in enumerate(g.node) for o in n.output if o}
     inits = {t.name for t in g.initializer}
     graph_inputs = [i.name for i in g.input if i.name not in inits]
-    if any(n not in made_by and n not in graph_inputs and n not in inits for n in needs):
+    top = made_by.keys() | inits | set(graph_inputs)
+    host = None if err.values else node
+    if any(n not in top for n in err.values) and _has_body(node):
+        host = node  # made inside an If or Loop body: the whole node runs on the host
+    needs = node_reads(node) if host is not None else list(err.values)
+    if any(n not in top for n in needs):
         raise err
     cone: set[int] = set()
     todo = [made_by[n] for n in needs if n in made_by]
@@ -81,16 +109,20 @@ def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
         i = todo.pop()
         if i not in cone:
             cone.add(i)
-            todo += [made_by[n] for n in _reads(g.node[i]) if n in made_by]
+            todo += [made_by[n] for n in node_reads(g.node[i]) if n in made_by]
+    static = _static(g, inits)
     first_nodes = [n for i, n in enumerate(g.node) if i in cone]
-    rest_nodes = [n for i, n in enumerate(g.node) if i not in cone and n is not host]
-    early = {o for n in first_nodes for o in n.output if o}
-    read = [r for n in rest_nodes for r in _reads(n)] + [o.name for o in g.output]
-    read += list(host.input) if host is not None else []
+    rest_nodes = [
+        n for i, n in enumerate(g.node) if (i not in cone or i in static) and n is not host
+    ]
+    made_first = {o for n in first_nodes for o in n.output if o}
+    early = made_first - {o for i in static for o in g.node[i].output}
+    read = [r for n in rest_nodes for r in node_reads(n)] + [o.name for o in g.output]
+    read += node_reads(host) if host is not None else []
     first_outputs = list(
-        dict.fromkeys([n for n in needs if n in early] + [r for r in read if r in early])
+        dict.fromkeys([n for n in needs if n in made_first] + [r for r in read if r in early])
     )
-    first_reads = {r for n in first_nodes for r in _reads(n)}
+    first_reads = {r for n in first_nodes for r in node_reads(n)}
     first_inputs = [n for n in graph_inputs if n in first_reads]
     constants = [n for n in needs if host is None and n not in inits]
     later = set(host.output) if host is not None else set()
@@ -124,7 +156,7 @@ def host_eval(like: onnx.ModelProto, node: onnx.NodeProto, arrays: dict[str, np.
     """Run one node on the host: imported with its inputs as constants, so it folds."""
     from .importer import import_onnx
 
-    names = [n for n in dict.fromkeys(node.input) if n]
+    names = list(dict.fromkeys(node_reads(node)))
     inits = [
         numpy_helper.from_array(np.asarray(arrays[n], order="C"), n) for n in names if n in arrays
     ]

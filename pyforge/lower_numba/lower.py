@@ -102,8 +102,8 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
     low = lowering_for(anchor, ("element", "rows", "gemm")) if anchor is not None else None
     if low is not None and low.form == "rows":
         kb = KernelBuilder(label)
-        n = low.emit(anchor, kb)
-        prog.steps.append(kb.build(n))
+        n = low.emit(anchor, kb)  # an iteration count, or a whole call (tiled kernels)
+        prog.steps.append(n if isinstance(n, KernelCall) else kb.build(n))
         prog.steps[-1].writes = [prog.add(anchor.outputs[0])]
         return
 

@@ -4,6 +4,7 @@ Every layer above reads this table (``OPS[name]``); none keeps its own set of op
 """
 
 from . import (  # noqa: F401
+    attention,
     dynamic,
     einsum,
     elementwise,

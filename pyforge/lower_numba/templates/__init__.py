@@ -5,6 +5,7 @@ package), so each can be imported alone; shared helpers are public functions of 
 """
 
 from . import (  # noqa: F401
+    attention,
     conv,
     depthwise,
     einsum,

@@ -406,6 +406,7 @@ def compile(
       fusion=bool                   fuse ops into kernels (default True)
       verify=bool                   check the IR after every pass (default True)
       memory_limit=int              bytes the arena and weights may take (default 75% of RAM)
+      optimizer="greedy"|"egraph"   cpu: "egraph" picks per region by measured kernel costs
     runtime (``RuntimeOptions``; also taken by ``load``):
       fused_steps=bool              cpu: one call per GEMM step (default True)
       own_gemm=bool                 cpu: pyforge's AVX2 GEMM, else OpenBLAS (default True)

@@ -56,11 +56,14 @@ def compile_to_plan(
         limit = o.memory_limit or default_memory_limit()
         check_declared_sizes(proto, limit, o.input_shapes)  # before constant folding allocates
         graph = import_onnx(proto, o.input_shapes, padding)  # padding: frontend/buckets.py
-    names = pass_names(o.layout, o.precision, o.fusion)
+    names, bound, search = pass_names(o.layout, o.precision, o.fusion), {}, {}
+    if o.optimizer == "egraph":  # before fusion: it rewrites MatMul + Add pairs
+        names.insert(len(names) - 1, "egraph")
+        bound["egraph"] = _egraph_pass(search)
     # the stage's own end call reports the last pass
     on_pass = (lambda _, i, n: i < n and progress("passes", i, n)) if progress else None
     with _stage("passes", seconds, progress, len(names)):
-        pm = PassManager(names, verify=o.verify, on_pass=on_pass)
+        pm = PassManager(names, verify=o.verify, on_pass=on_pass, bound=bound)
         graph = pm.run(graph)
     with _stage("lowering", seconds, progress):
         prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile)
@@ -81,6 +84,7 @@ def compile_to_plan(
         conv=o.conv,
         precision=o.precision,
         specialize=o.specialize,
+        optimizer=o.optimizer,
     )
     details = {
         "options": o,
@@ -90,8 +94,24 @@ def compile_to_plan(
         "graph": graph,  # the fused graph: each Fused node holds its group (ir.FusedGroup)
         "buffers": plan.buffers,  # [(tensor, bytes, first step, last step, arena offset)]
         "step_labels": plan.step_labels(),
+        "egraph": search.get("report"),  # opt/egraph's regions, choices, costs and search log
     }
     return plan, details
+
+
+def _egraph_pass(out: dict):
+    """The e-graph pass with the cpu target's measured kernel costs; its report goes in ``out``."""
+    from .exec.cpu import CpuRuntime
+    from .lower_numba.costs import CostModel
+    from .opt.egraph.parallel_gemm import optimise
+
+    costs = CostModel("cpu", make_runtime=CpuRuntime)
+
+    def run(graph):
+        graph, out["report"] = optimise(graph, costs.seconds)
+        return graph
+
+    return run
 
 
 def default_memory_limit() -> int | None:

@@ -157,7 +157,28 @@ def report(model: Any) -> str:
     for name, size, first, last, off in sorted(d["buffers"], key=lambda b: (b[2], b[4])):
         lines.append(f"  {name:<36} {size:12,d} {f'{first}-{last}':>12} {off:12,d}")
     lines.append("  " + memory_summary(stats))
-    return "\n".join(lines)
+    return "\n".join(lines + egraph_lines(d.get("egraph")))
+
+
+def egraph_lines(rep: Any) -> list[str]:
+    """The e-graph optimiser's regions, each alternative's cost (measured, cached or analytic),
+    the one chosen, and the search log (``optimizer="egraph"``)."""
+    if rep is None:
+        return []
+    lines = [f"\n== e-graph ({len(rep.regions)} regions, {rep.seconds * 1e3:.1f} ms in all)"]
+    if rep.saturation is not None:
+        sat = rep.saturation
+        lines.append(
+            f"  saturation: {sat.iterations} iterations, {sat.applied} merges, "
+            f"{sat.nodes} e-nodes, {sat.stopped_by}"
+        )
+    for r in rep.regions:
+        names = " | ".join(m.name for m, _ in r.gemms)
+        alts = "  ".join(f"{k} {v[0] * 1e3:.3f} ms ({v[1]})" for k, v in r.alternatives.items())
+        lines.append(f"  {_short(names, 60):<60} {alts}  -> {r.chosen}")
+    if rep.searches:
+        lines.append("  search: " + rep.search_line())
+    return lines
 
 
 # -- HTML -------------------------------------------------------------------------------------

@@ -50,10 +50,12 @@ _VALUES: dict[str, Any] = {
     "graph": _BOOL,
     "library_epilogues": _BOOL,
     "max_concurrency": _COUNT,
+    "optimizer": ("greedy", "egraph"),
 }
 # the one target an option applies to, or the one target a value of it needs
 _ONLY_ON = {"fused_steps": "cpu", "own_gemm": "cpu", "graph": "cuda", "library_epilogues": "cuda"}
 _VALUE_ONLY_ON = {("precision", "tf32"): "cuda", ("precision", "fp16"): "cuda"}
+_VALUE_ONLY_ON[("optimizer", "egraph")] = "cpu"  # its kernel costs are measured on cpu only
 
 
 def _allowed(name: str) -> str:
@@ -142,6 +144,8 @@ class CompileOptions:
                 cannot make padding exact (``frontend/buckets.py``)
     memory_limit  bytes the plan's arena and weights may take, checked before they are
                 allocated (default: 75% of physical memory)
+    optimizer   "greedy" (default) | "egraph": cpu only; GEMMs that share an input merged or kept
+                apart per region by branch and bound over measured kernel costs (opt/egraph/)
 
     >>> pyforge.compile("mlp.onnx", options=pyforge.CompileOptions(fusion=False))
     >>> pyforge.compile("bert.onnx", input_shapes={"input_ids": (1, 128)})
@@ -158,6 +162,7 @@ class CompileOptions:
     max_plans: int | None = None
     buckets: Mapping[str, tuple[int, ...]] | None = None
     memory_limit: int | None = None
+    optimizer: str | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -188,6 +193,7 @@ class CompileOptions:
             fusion=_default(self.fusion, True),
             verify=_default(self.verify, True),
             max_plans=_default(self.max_plans, 8),
+            optimizer=_default(self.optimizer, "greedy"),
         )
         if r.conv == "implicit" and r.layout != "nhwc":
             raise OptionError("conv", "conv='implicit' needs layout='nhwc' (it lowers NHWC convs)")

@@ -28,10 +28,12 @@ class PassManager:
         names: list[str],
         verify: bool = True,
         on_pass: Callable[[str, int, int], None] | None = None,
+        bound: dict[str, Pass] | None = None,
     ):
         self.names = names
         self.verify = verify
         self.on_pass = on_pass  # (pass name, passes done, passes in all), after each pass
+        self.passes = {**PASSES, **(bound or {})}  # bound: passes made for one compile
         self.timings: dict[str, float] = {}
         self.op_counts: list[tuple[str, int]] = []
 
@@ -43,7 +45,7 @@ class PassManager:
             _dump(dump_dir, 0, "import", graph)
         for i, name in enumerate(self.names, start=1):
             t0 = time.perf_counter()
-            graph = PASSES[name](graph)
+            graph = self.passes[name](graph)
             # a pass listed twice (const_fold) reports its total
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
             if self.verify:

@@ -1,0 +1,124 @@
+"""Measured kernel costs for the e-graph search: each candidate kernel is built as a one-group
+graph, lowered, bound to the target's runtime and timed; the figure is cached on disk by device,
+kernel, shapes and dtype. Where nothing can be measured, an analytic estimate (the larger of
+FLOPs over peak and bytes over bandwidth) is used and marked as such.
+
+>>> costs = CostModel("cpu", make_runtime=lambda plan: CpuRuntime(plan))
+>>> costs.seconds("gemm_bias", ((1, 128, 384), (384, 1152)), "float32")
+(0.00041, 'measured')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from ..opt.fusion import fuse_graph
+from .build_plan import build_plan
+from .lower import lower_graph
+
+# analytic fallback for the cpu target: this 2-core AVX2 machine's order of magnitude
+PEAK_FLOPS, BANDWIDTH = 60e9, 8e9
+
+
+def device_name(target: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu
+            )
+    except OSError:
+        pass
+    return f"{target}:{cpu}:{os.cpu_count()} cores"
+
+
+def candidate_graph(kind: str, shapes: tuple, dtype: str) -> tuple[Graph, float, float]:
+    """The one-kernel graph ``kind`` names, with its FLOPs and bytes moved (analytic terms)."""
+    rng = np.random.default_rng(0)
+    g, dt = Graph(kind), np.dtype(dtype)
+    x = Value("x", tuple(shapes[0]), dt)
+    g.inputs.append(x)
+    if kind == "gemm_bias":  # MatMul + bias Add: one GEMM with its epilogue once fused
+        k, n = shapes[1]
+        w = g.constant(rng.standard_normal((k, n)).astype(dt), "w")
+        b = g.constant(rng.standard_normal(n).astype(dt), "b")
+        mm = Value("mm", x.shape[:-1] + (n,), dt)
+        y = Value("y", mm.shape, dt)
+        g.add_node(Node("MatMul", [x, w], [mm], name="mm"))
+        g.add_node(Node("Add", [mm, b], [y], name="y"))
+        g.outputs.append(y)
+        rows = x.size // k
+        return g, 2.0 * rows * k * n, float(x.nbytes + w.nbytes + 2 * y.nbytes)
+    if kind == "split":  # the last axis cut into parts: one copy kernel per part
+        parts, axis = shapes[1], len(x.shape) - 1
+        for i, p in enumerate(parts):
+            o = Value(f"y{i}", x.shape[:-1] + (p,), dt)
+            attrs = {"axis": axis, "split": list(parts), "output": i}
+            g.add_node(Node("Split", [x], [o], attrs, name=f"y{i}"))
+            g.outputs.append(o)
+        return g, 0.0, 2.0 * x.nbytes
+    raise ValueError(f"no candidate kernel {kind!r}")
+
+
+def time_graph(graph: Graph, make_runtime: Callable[[Any], Any], runs: int = 30) -> float:
+    """Least seconds of one run of ``graph`` (fused, lowered, bound) on seeded random inputs:
+    on a loaded machine the minimum is the figure least moved by other work."""
+    prog = lower_graph(fuse_graph(graph))
+    rt = make_runtime(build_plan(prog))
+    rng = np.random.default_rng(1)
+    feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
+    rt.run(feeds)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        rt.run(feeds)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+class CostModel:
+    """``seconds(kind, shapes, dtype)`` -> (seconds, "measured" | "cached" | "analytic")."""
+
+    def __init__(self, target: str, make_runtime: Callable[[Any], Any] | None = None):
+        self.target, self.make_runtime = target, make_runtime
+        self.device = device_name(target)
+        root = os.environ.get("PYFORGE_CACHE") or os.path.join(
+            os.path.expanduser("~"), ".cache", "pyforge"
+        )  # PYFORGE_COSTS: this table's file alone elsewhere (the kernel cache stays)
+        self.path = os.environ.get("PYFORGE_COSTS") or os.path.join(root, "costs.json")
+        self.log: list[tuple[str, float, str]] = []
+        try:
+            with open(self.path) as f:
+                self.table: dict[str, float] = json.load(f)
+        except (OSError, ValueError):
+            self.table = {}
+
+    def seconds(self, kind: str, shapes: tuple, dtype: str) -> tuple[float, str]:
+        key = f"{self.device}|{kind}|{json.dumps(shapes)}|{dtype}"
+        if key in self.table:
+            out = (self.table[key], "cached")
+        else:
+            graph, flops, nbytes = candidate_graph(kind, shapes, dtype)
+            if self.make_runtime is None:
+                out = (max(flops / PEAK_FLOPS, nbytes / BANDWIDTH), "analytic")
+            else:
+                self.table[key] = time_graph(graph, self.make_runtime)
+                self._save()
+                out = (self.table[key], "measured")
+        self.log.append((f"{kind} {shapes}", *out))
+        return out
+
+    def _save(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.table, f, indent=0, sort_keys=True)
+        os.replace(tmp, self.path)

@@ -1,0 +1,97 @@
+"""The e-graph pass in compile: parallel GEMMs merged or kept apart by their (cached) measured
+costs, parity with ONNX Runtime either way, what explain shows, the option's checks, the cost
+model's cache and its analytic fallback."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import pyforge
+from pyforge import explain
+from pyforge.errors import OptionError
+from pyforge.lower_numba.costs import CostModel, device_name
+from tests.helpers import check_against_ort, make_model
+
+S, H = 8, 16
+
+
+def qkv_model(seed: int = 0):
+    """Three MatMul + bias Add pairs reading one tensor (an attention block's Q, K, V)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    for p in "qkv":
+        inits.append(
+            numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), f"w{p}")
+        )
+        inits.append(numpy_helper.from_array(rng.standard_normal(H).astype(np.float32), f"b{p}"))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{p}"], [f"m{p}"], name=f"mm_{p}"))
+        nodes.append(helper.make_node("Add", [f"b{p}", f"m{p}"], [p], name=f"add_{p}"))
+    nodes.append(helper.make_node("Mul", ["q", "k"], ["qk"], name="qk"))
+    nodes.append(helper.make_node("Add", ["qk", "v"], ["y"], name="y"))
+    return make_model(nodes, [("x", np.float32, (1, S, H))], [("y", np.float32, (1, S, H))], inits)
+
+
+def seed_costs(tmp_path, monkeypatch, apart: float, merged: float) -> None:
+    """A cost cache saying what each candidate kernel takes, so the choice is fixed."""
+    monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
+    dev = device_name("cpu")
+
+    def key(kind, shapes):
+        return f"{dev}|{kind}|{json.dumps(shapes)}|float32"
+
+    table = {
+        key("gemm_bias", ((1, S, H), (H, H))): apart / 3,
+        key("gemm_bias", ((1, S, H), (H, 3 * H))): merged / 2,
+        key("split", ((1, S, 3 * H), (H, H, H))): merged / 2,
+    }
+    (tmp_path / "costs.json").write_text(json.dumps(table))
+
+
+def _feeds():
+    return {"x": np.random.default_rng(1).standard_normal((1, S, H)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("apart, merged, want", [(3e-4, 1e-4, "merged"), (1e-4, 3e-4, "apart")])
+def test_choice_follows_the_costs_and_matches_ort(tmp_path, monkeypatch, apart, merged, want):
+    seed_costs(tmp_path, monkeypatch, apart, merged)
+    m, _ = check_against_ort(qkv_model(), _feeds(), optimizer="egraph")
+    rep = m.details["egraph"]
+    assert [r.chosen for r in rep.regions] == [want]
+    assert rep.regions[0].alternatives["merged"][0] == pytest.approx(merged)
+    assert rep.regions[0].alternatives["apart"][0] == pytest.approx(apart)
+    assert all(g.optimal for g in rep.searches)
+    splits = [mem for n in m.details["graph"].nodes if n.group for mem in n.group.members]
+    assert any(mem.op == "Split" for mem in splits) == (want == "merged")
+    text = explain.report(m)
+    assert "== e-graph (1 regions" in text and f"-> {want}" in text and "search: 1 searches" in text
+    assert "(cached)" in text
+    greedy = pyforge.compile(qkv_model(), target="cpu")
+    assert greedy.details["egraph"] is None and "== e-graph" not in explain.report(greedy)
+    np.testing.assert_allclose(m.predict(_feeds()), greedy.predict(_feeds()), rtol=1e-5, atol=1e-5)
+
+
+def test_option_is_checked_up_front():
+    with pytest.raises(OptionError, match="cpu target only"):
+        pyforge.CompileOptions(optimizer="egraph").resolve("cuda")
+    with pytest.raises(OptionError, match="did you mean 'egraph'"):
+        pyforge.CompileOptions(optimizer="egrahp")
+    assert pyforge.CompileOptions().resolve("cpu").optimizer == "greedy"
+
+
+def test_cost_model_measures_caches_and_falls_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
+    from pyforge.exec.cpu import CpuRuntime
+
+    shapes = ((1, 4, 8), (8, 8))
+    seconds, how = CostModel("cpu", make_runtime=CpuRuntime).seconds("gemm_bias", shapes, "float32")
+    assert how == "measured" and 0 < seconds < 1
+    again = CostModel("cpu", make_runtime=CpuRuntime).seconds("gemm_bias", shapes, "float32")
+    assert again == (seconds, "cached")
+    est, how = CostModel("cpu").seconds("split", ((1, 4, 24), (8, 8, 8)), "float32")
+    assert how == "analytic" and est > 0
+    with pytest.raises(ValueError, match="no candidate kernel"):
+        CostModel("cpu").seconds("conv", shapes, "float32")

@@ -184,9 +184,9 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
     from onnx import helper
 
     if precision not in ("fp32", "fp16", "bf16"):
-        raise OptionError(f"precision {precision!r}: expected 'fp32', 'fp16' or 'bf16'")
+        raise OptionError("precision", f"precision {precision!r}: expected fp32, fp16 or bf16")
     if logits not in ("all", "last"):
-        raise OptionError(f"logits {logits!r}: expected 'all' or 'last'")
+        raise OptionError("logits", f"logits {logits!r}: expected 'all' or 'last'")
     c, rows = config, max_context or min(config.context, 8192)
     g = _Graph()
     for name, shape in weight_shapes(c).items():

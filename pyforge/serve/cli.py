@@ -56,10 +56,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     config.check()
     done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
     try:
         start(path, config, host=args.host, port=args.port)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which sets its own
+            signal.signal(sig, lambda *_: done.set())
         url = f"http://{args.host}:{args.port}"
         print(f"serving {args.model} ({args.backend}) at {url}/predict; Ctrl-C stops", flush=True)
         done.wait()

@@ -255,9 +255,12 @@ def init_ray(num_cpus: int | None = None) -> None:
 
 
 def stop() -> None:
-    """Shut Serve down (replicas drain what they hold) and then Ray."""
+    """Delete every application first (its replicas finish what they hold while the proxy still
+    answers: ``serve.shutdown`` alone drops requests in flight), then shut Serve and Ray down."""
     import ray
 
     if ray.is_initialized():
+        for name in list(serve.status().applications):
+            serve.delete(name)
         serve.shutdown()
         ray.shutdown()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import socket
+import urllib.error
+import urllib.request
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -36,3 +41,26 @@ def pair_path(tmp_dir) -> str:
     path = str(tmp_dir / "pair.onnx")
     onnx.save(model, path)
     return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(
+    url: str, body: bytes, kind: str = "application/json", timeout: float = 60
+) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": kind})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def npy(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -17,7 +16,7 @@ import pytest
 from pyforge.serve.engine import Engine, example_inputs
 from tests.helpers import ATOL, RTOL
 
-from .common import mlp_path, pair_path
+from .common import free_port, mlp_path, npy, pair_path, post
 
 pytest.importorskip("ray.serve")
 MAIN = {
@@ -29,20 +28,14 @@ MAIN = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from pyforge.serve import deployment
 
     d = tmp_path_factory.mktemp("serve_http")
     paths = {"mlp": mlp_path(d), "pair": pair_path(d)}
-    port = _free_port()
-    start = lambda path, name, route, **kw: deployment.start(  # noqa: E731
+    port = free_port()
+    start = lambda path, name, route, **kw: deployment.start(
         path, host="127.0.0.1", port=port, name=name, route_prefix=route, num_cpus=8, **kw
     )
     try:
@@ -54,23 +47,6 @@ def server(tmp_path_factory):
         yield {"url": f"http://127.0.0.1:{port}", "paths": paths}
     finally:
         deployment.stop()
-
-
-def _post(
-    url: str, body: bytes, kind: str = "application/json", timeout: float = 60
-) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": kind})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def _npy(a: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, a)
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +62,18 @@ def test_json_npy_npz_answers_equal_direct_predict(server, direct):
     mlp, url = direct["mlp"], server["url"]
     x = example_inputs(mlp, seed=11, rows=3)["x"]
     want = mlp.predict({"x": x})["y"]
-    status, body = _post(url + "/predict", json.dumps({"inputs": {"x": x.tolist()}}).encode())
+    status, body = post(url + "/predict", json.dumps({"inputs": {"x": x.tolist()}}).encode())
     assert status == 200
     np.testing.assert_allclose(
         np.array(json.loads(body)["outputs"]["y"], np.float32), want, rtol=RTOL, atol=ATOL
     )
-    status, body = _post(url + "/predict", _npy(x), "application/x-npy")
+    status, body = post(url + "/predict", npy(x), "application/x-npy")
     assert status == 200
     np.testing.assert_allclose(np.load(io.BytesIO(body)), want, rtol=RTOL, atol=ATOL)
     feeds = example_inputs(direct["pair"], seed=12, rows=2)
     buf = io.BytesIO()
     np.savez(buf, **feeds)
-    status, body = _post(url + "/pair/predict", buf.getvalue(), "application/x-npz")
+    status, body = post(url + "/pair/predict", buf.getvalue(), "application/x-npz")
     assert status == 200
     got = np.load(io.BytesIO(body))
     for name, ref in direct["pair"].predict(feeds).items():
@@ -110,7 +86,7 @@ def test_concurrent_requests_are_batched_and_right(server, direct):
     answers: list = [None] * len(inputs)
 
     def send(i: int) -> None:
-        answers[i] = _post(url + "/predict", _npy(inputs[i]), "application/x-npy")
+        answers[i] = post(url + "/predict", npy(inputs[i]), "application/x-npy")
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
     for t in threads:
@@ -146,25 +122,25 @@ def test_concurrent_requests_are_batched_and_right(server, direct):
             "missing ['x']",
         ),
         (
-            _npy(np.ones((2, 256), np.float64)),
+            npy(np.ones((2, 256), np.float64)),
             "application/x-npy",
             400,
             "dtype float64, expected float32",
         ),
         (b"\x93NUMPY garbage", "application/x-npy", 400, "not a application/x-npy file"),
         (b"abc", "text/plain", 400, "content type 'text/plain'"),
-        (_npy(np.ones((1100, 256), np.float32)), "application/x-npy", 413, "over the limit"),
+        (npy(np.ones((1100, 256), np.float32)), "application/x-npy", 413, "over the limit"),
     ],
 )
 def test_bad_requests_get_4xx_with_the_error_text(server, body, kind, status, words):
-    got, text = _post(server["url"] + "/predict", body, kind)
+    got, text = post(server["url"] + "/predict", body, kind)
     assert got == status, text
     assert words in json.loads(text)["error"]
 
 
 def test_healthz_and_unknown_route(server):
     assert urllib.request.urlopen(server["url"] + "/healthz", timeout=30).read() == b"ok"
-    status, text = _post(server["url"] + "/nowhere", b"{}")
+    status, text = post(server["url"] + "/nowhere", b"{}")
     assert status == 404 and "POST /predict" in json.loads(text)["error"]
 
 
@@ -174,7 +150,7 @@ def test_overload_answers_503_not_an_unbounded_queue(server, direct):
     answers: list = []
 
     def send() -> None:
-        answers.append(_post(server["url"] + "/overload/predict", _npy(x), "application/x-npy"))
+        answers.append(post(server["url"] + "/overload/predict", npy(x), "application/x-npy"))
 
     threads = [threading.Thread(target=send) for _ in range(12)]
     for t in threads:
@@ -204,7 +180,7 @@ def test_replica_killed_under_load(server, direct):
             x = example_inputs(mlp, seed=worker * 10_000 + i)["x"]
             t0 = time.perf_counter()
             try:
-                status, body = _post(url + "/predict", _npy(x), "application/x-npy", timeout=30)
+                status, body = post(url + "/predict", npy(x), "application/x-npy", timeout=30)
             except (urllib.error.URLError, OSError) as e:  # refused or reset: an error, not a hang
                 status, body = -1, repr(e).encode()
             results.append((x, status, body, time.perf_counter() - t0))

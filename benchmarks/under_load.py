@@ -1,13 +1,16 @@
 """The cpu target with one of its cores taken by another process (issue 14, item 6).
 
     python benchmarks/under_load.py [--cores 0,1] [--models resnet50,encoder,mlp] [--rounds 6]
+    python benchmarks/under_load.py --steps 12 --models resnet50   # where the busy time goes
 
 The script pins itself to ``--cores``; "busy" is a child process spinning (``while True: pass``)
 pinned to the last of them. Per model, quiet and busy blocks alternate in one process (the
 spinner started before and killed after each busy block), and within each block pyforge's
 ``predict`` and ONNX Runtime (CPU provider, ``intra_op_num_threads`` = the number of cores)
 alternate call by call, so both see the same drift. Prints each median and the busy / quiet
-ratios; the goal is pyforge's ratio <= 1.5 and no worse than ORT's.
+ratios; the goal is pyforge's ratio <= 1.5 and no worse than ORT's. ``--steps K`` times each
+step of pyforge's plan alone instead (same alternation, ``runtime.calls`` one by one) and prints
+the K steps that lose most under load, then the quiet and busy totals per kind of step.
 """
 
 from __future__ import annotations
@@ -94,6 +97,31 @@ def encoder(layers: int = 6, hidden: int = 384, heads: int = 12, ffn: int = 1536
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def kernels() -> onnx.ModelProto:
+    """Only generated kernels, no GEMM: SiLU over [1, 64, 112, 112], a 3x3 stride-2 MaxPool,
+    then a Softmax over rows of 3,136 and a LayerNormalization over the channels."""
+    rng = np.random.default_rng(1)
+    g, b = (rng.standard_normal(3136).astype(np.float32) for _ in range(2))
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["x", "s"], ["silu"]),
+        helper.make_node("MaxPool", ["silu"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["p", "rows"], ["r"]),
+        helper.make_node("Softmax", ["r"], ["sm"], axis=-1),
+        helper.make_node("LayerNormalization", ["sm", "g", "b"], ["y"], axis=-1),
+    ]  # fmt: skip
+    inits = [numpy_helper.from_array(np.array([64, 3136], np.int64), "rows")]
+    inits += [numpy_helper.from_array(g, "g"), numpy_helper.from_array(b, "b")]
+    graph = helper.make_graph(
+        nodes, "kernels",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 112, 112])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 3136])],
+        initializer=inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 def spinner(core: int) -> subprocess.Popen:
     code = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass\n"
     return subprocess.Popen([sys.executable, "-c", code])
@@ -152,12 +180,110 @@ def measure(name: str, path: str, cores: list[int], rounds: int, calls: int) -> 
     return row
 
 
+def step_profile(name: str, path: str, cores: list[int], rounds: int, calls: int, top: int):
+    import pyforge
+    from pyforge.models import random_inputs
+
+    model = pyforge.compile(path, target="cpu")
+    model.predict(random_inputs(path, seed=0))
+    rt, steps = model.runtime, model.plan.steps
+    times = {cond: [[] for _ in rt.calls] for cond in ("quiet", "busy")}
+    for r in range(rounds):
+        for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
+            child = spinner(cores[-1]) if cond == "busy" else None
+            time.sleep(0.3 if child else 0.0)
+            try:
+                for _ in range(calls):
+                    for i, call in enumerate(rt.calls):
+                        times[cond][i].append(timed(call))
+            finally:
+                if child:
+                    child.kill()
+                    child.wait()
+    med = {c: [float(np.median(t)) * 1e3 for t in ts] for c, ts in times.items()}
+
+    def kind(i: int) -> str:
+        impl = rt.gemm_impls.get(i)
+        return impl or f"kernel {steps[i].label.split()[0]}"
+
+    order = sorted(range(len(steps)), key=lambda i: med["quiet"][i] - med["busy"][i])
+    print(f"{name}: the {top} steps that lose most under load (median ms quiet -> busy)")
+    for i in order[:top]:
+        q, b = med["quiet"][i], med["busy"][i]
+        print(
+            f"  {i:4d} {kind(i):28s} {steps[i].label[:40]:40s} {q:8.3f} -> {b:8.3f} ({b / q:.2f}x)"
+        )
+    kinds: dict[str, list[float]] = {}
+    for i in range(len(steps)):
+        k = kinds.setdefault(kind(i), [0.0, 0.0, 0])
+        k[0], k[1], k[2] = k[0] + med["quiet"][i], k[1] + med["busy"][i], k[2] + 1
+    for k, (q, b, n) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {n:4d} x {k:28s} {q:8.3f} -> {b:8.3f} ms ({b / q:.2f}x)")
+    q, b = sum(med["quiet"]), sum(med["busy"])
+    print(f"  all steps {q:.3f} -> {b:.3f} ms ({b / q:.2f}x)", flush=True)
+
+
+def micro(cores: list[int], rounds: int, calls: int, n: int = 1 << 20) -> None:
+    """One SiLU loop over ``n`` floats two ways, alternated call by call: Numba's static
+    ``prange`` halves and the claimed tiles of the generated kernels (exec/cpu/tiles.py)."""
+    import math
+
+    from numba import njit, prange
+
+    from pyforge.exec.cpu.runtime import usable_threads
+    from pyforge.exec.cpu.tiles import claim, threads, tiling
+
+    @njit(parallel=True, nogil=True)
+    def static(x, y):
+        for i in prange(len(x)):
+            y[i] = x[i] / (np.float32(1) + math.exp(-x[i]))
+
+    @njit(parallel=True, nogil=True)
+    def tiled(x, y):
+        parts = threads()
+        per, tiles, nxt = tiling(len(x), parts)
+        for _ in prange(parts):
+            t = claim(nxt)
+            while t < tiles:
+                for i in range(t * per, min(len(x), t * per + per)):
+                    y[i] = x[i] / (np.float32(1) + math.exp(-x[i]))
+                t = claim(nxt)
+
+    import numba
+
+    numba.set_num_threads(usable_threads())
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    ys = {"static": np.empty_like(x), "tiled": np.empty_like(x)}
+    runs = {"static": lambda: static(x, ys["static"]), "tiled": lambda: tiled(x, ys["tiled"])}
+    for fn in runs.values():
+        fn()
+    assert np.array_equal(ys["static"], ys["tiled"])
+    times = {(who, cond): [] for who in runs for cond in ("quiet", "busy")}
+    for r in range(rounds):
+        for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
+            child = spinner(cores[-1]) if cond == "busy" else None
+            time.sleep(0.3 if child else 0.0)
+            try:
+                for _ in range(calls):
+                    for who, fn in runs.items():
+                        times[who, cond].append(timed(fn))
+            finally:
+                if child:
+                    child.kill()
+                    child.wait()
+    for who in runs:
+        q, b = (float(np.median(times[who, c])) * 1e3 for c in ("quiet", "busy"))
+        print(f"micro {who:6s} silu n={n}: quiet {q:.3f} busy {b:.3f} ms ({b / q:.2f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cores", default="0,1")
     ap.add_argument("--models", default="resnet50,encoder,mlp")
     ap.add_argument("--rounds", type=int, default=6, help="quiet/busy blocks of each kind")
     ap.add_argument("--calls", type=int, default=0, help="calls per block (default per model)")
+    ap.add_argument("--steps", type=int, default=0, help="profile each step; print the top K")
+    ap.add_argument("--micro", action="store_true", help="static prange vs claimed tiles only")
     args = ap.parse_args()
     cores = [int(c) for c in args.cores.split(",")]
     os.sched_setaffinity(0, cores)  # before any thread pool starts: its threads inherit it
@@ -165,15 +291,20 @@ def main() -> None:
 
     print(f"cores {cores}, spinner on core {cores[-1]}, {args.rounds} rounds; "
           f"NUMBA_NUM_THREADS={os.environ.get('NUMBA_NUM_THREADS', '(unset)')}")  # fmt: skip
+    if args.micro:
+        return micro(cores, args.rounds, args.calls or 100)
     for name in args.models.split(","):
-        if name == "encoder":
-            path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "pyforge_encoder_l6.onnx")
+        if name in ("encoder", "kernels"):
+            path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"pyforge_{name}_v1.onnx")
             if not os.path.exists(path):
-                onnx.save(encoder(), path)
+                onnx.save(encoder() if name == "encoder" else kernels(), path)
         else:
             path = cached_model(name)
-        calls = args.calls or {"resnet50": 5, "encoder": 10}.get(name, 200)
-        measure(name, path, cores, args.rounds, calls)
+        calls = args.calls or {"resnet50": 5, "encoder": 10, "kernels": 20}.get(name, 200)
+        if args.steps:
+            step_profile(name, path, cores, args.rounds, calls, args.steps)
+        else:
+            measure(name, path, cores, args.rounds, calls)
 
 
 if __name__ == "__main__":

@@ -23,25 +23,25 @@ from numba import int16 as i16, uint16 as u16, uint32 as u32, uint64 as u64
 
 _CPU = """\
 from numba import njit, prange
-
+{tiles}
 
 @njit(parallel={parallel}, cache=True, nogil=True)
 def kernel(n, {params}):
-{pre}    for i in prange(n):
+{pre}{loop}
+"""
+
+# a parallel loop: tiles claimed from an atomic counter (exec/cpu/tiles.py), so a thread kept
+# off its core by another process delays one tile, not its static share of the loop
+_TILES = "from pyforge.exec.cpu.tiles import claim, threads, tiling\n"
+_TILED = """\
+    parts = threads()
+    per, tiles, nxt = tiling({count}, parts)
+    for _ in prange(parts):
+        t = claim(nxt)
+        while t < tiles:
+            for {var} in range(t * per, min({count}, t * per + per)):
 {body}
-"""
-
-_CPU_ROWS = """\
-from numba import njit, prange
-
-
-@njit(parallel={parallel}, cache=True, nogil=True)
-def kernel(n, {params}):
-{pre}    rows = n // max({inner}, 1)
-    for o in prange(rows):
-{outer}
-{loops}{body}
-"""
+            t = claim(nxt)"""
 
 _CUDA_ROWS = """\
 from numba import cuda
@@ -335,6 +335,13 @@ class KernelBuilder:
     def _body(self, target: int, indent: str) -> str:
         return self._lines(self.lines, target, indent)
 
+    def _cpu_body(self, indent: str) -> str:
+        """The cpu body, its direct ``[i]`` reads and writes through an unsigned copy of ``i``:
+        Numba then skips the negative-index wrap, which keeps LLVM from vectorising the loop
+        (Numba's own prange does the same for its loop index)."""
+        body = self._body(0, indent)
+        return f"{indent}iu = u64(i)\n" + body.replace("[i]", "[iu]") if "[i]" in body else body
+
     @staticmethod
     def _lines(lines: list, target: int, indent: str) -> str:
         forms = (ln if isinstance(ln, str) else ln[target] for ln in lines)
@@ -346,31 +353,28 @@ class KernelBuilder:
         parallel = n >= PARALLEL_MIN if parallel is None else parallel
         params = ", ".join(self.params)
         pre = "".join(f"    {line}\n" for line in self.checks)
+        ind = " " * (16 if parallel else 8)  # the tiled loop nests the body 2 levels deeper
         if self.inner is None:
-            cpu = _CPU.format(
-                params=params, body=self._body(0, "        "), parallel=parallel, pre=pre
-            )
+            var, count, it = "i", "n", self._cpu_body(ind)
             cuda = _CUDA.format(params=params, body=self._body(1, "        "))
         else:
-            loops, j = "", "0"
+            var, count, loops, j = "o", "rows", "", "0"
+            pre += f"    rows = n // max({self.inner}, 1)\n"
             for k, d in enumerate(self.inner_dims):
-                loops += "    " * (k + 2) + f"for q{k} in range({d}):\n"
+                loops += ind + "    " * k + f"for q{k} in range({d}):\n"
                 j = f"q{k}" if k == 0 else f"({j}) * {d} + q{k}"
-            pad = "    " * (len(self.inner_dims) + 2)
+            pad = ind + "    " * len(self.inner_dims)
             loops += f"{pad}i = o * {self.inner} + {j}\n"
-            outer = [self._lines(self.outer_lines, t, "        ") for t in (0, 1)]
-            cpu = _CPU_ROWS.format(
-                params=params,
-                parallel=parallel,
-                inner=self.inner,
-                loops=loops,
-                body=self._body(0, pad),
-                outer=outer[0],
-                pre=pre,
-            )
+            it = self._lines(self.outer_lines, 0, ind) + "\n" + loops + self._cpu_body(pad)
+            outer = self._lines(self.outer_lines, 1, "        ")
             cuda = _CUDA_ROWS.format(
-                params=params, body=self._body(1, "            "), inner=self.inner, outer=outer[1]
+                params=params, body=self._body(1, "            "), inner=self.inner, outer=outer
             )
+        loop = f"    for {var} in prange({count}):\n{it}"
+        if parallel:
+            loop = _TILED.format(count=count, var=var, body=it)
+        tiles = _TILES if parallel else ""
+        cpu = _CPU.format(params=params, parallel=parallel, pre=pre, tiles=tiles, loop=loop)
         cpu = HEADER + "\n" + cpu
         cuda = HEADER + "\n" + cuda
         key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]

@@ -34,7 +34,7 @@ class SearchLog:
         end = "optimal" if self.optimal else "time budget reached, best found"
         return (
             f"{self.explored} states explored, {self.pruned} pruned by bound, "
-            f"{len(self.incumbents)} incumbents, greedy {self.greedy_cost:.6g} -> "
+            f"{len(self.incumbents)} incumbents, greedy extraction {self.greedy_cost:.6g} -> "
             f"{self.incumbents[-1][1] if self.incumbents else math.inf:.6g} "
             f"(root bound {self.root_bound:.6g}), {self.seconds * 1e3:.1f} ms, {end}"
         )

@@ -41,7 +41,7 @@ class Report:
         optimal = "all optimal" if all(g.optimal for g in s) else "time budget reached"
         return (
             f"{len(s)} searches: {sum(g.explored for g in s)} states explored, "
-            f"{sum(g.pruned for g in s)} pruned by bound, greedy "
+            f"{sum(g.pruned for g in s)} pruned by bound, greedy extraction "
             f"{sum(g.greedy_cost for g in s) * 1e3:.3f} ms -> "
             f"{sum(g.incumbents[-1][1] for g in s if g.incumbents) * 1e3:.3f} ms, "
             f"{sum(g.seconds for g in s) * 1e3:.1f} ms searching, {optimal}"

@@ -228,6 +228,7 @@ def micro(cores: list[int], rounds: int, calls: int, n: int = 1 << 20) -> None:
     ``prange`` halves and the claimed tiles of the generated kernels (exec/cpu/tiles.py)."""
     import math
 
+    import numba
     from numba import njit, prange
 
     from pyforge.exec.cpu.runtime import usable_threads
@@ -246,10 +247,9 @@ def micro(cores: list[int], rounds: int, calls: int, n: int = 1 << 20) -> None:
             t = claim(nxt)
             while t < tiles:
                 for i in range(t * per, min(len(x), t * per + per)):
-                    y[i] = x[i] / (np.float32(1) + math.exp(-x[i]))
+                    iu = numba.uint64(i)
+                    y[iu] = x[iu] / (np.float32(1) + math.exp(-x[iu]))
                 t = claim(nxt)
-
-    import numba
 
     numba.set_num_threads(usable_threads())
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)

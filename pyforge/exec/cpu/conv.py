@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from numba import njit, prange
 
+from .tiles import claim, threads, tiling
+
 
 @njit(parallel=True, nogil=True, cache=True)
 def im2col_nchw(x, col, g):
@@ -32,34 +34,45 @@ def im2col_nchw(x, col, g):
         g[12],
         g[13],
     )
+    rows, parts = n_ * c_ * kh * kw, threads()
+    per, tiles, nxt = tiling(rows, parts)
+    for _ in prange(parts):  # rows claimed in tiles (tiles.py)
+        t = claim(nxt)
+        while t < tiles:
+            for r in range(t * per, min(rows, t * per + per)):
+                _im2col_row(x, col, r, c_, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh_, ow_)
+            t = claim(nxt)
+
+
+@njit(nogil=True, cache=True)
+def _im2col_row(x, col, r, c_, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh_, ow_):
     zero = col.dtype.type(0)
     p = oh_ * ow_
-    for r in prange(n_ * c_ * kh * kw):
-        kx = r % kw
-        t = r // kw
-        ky = t % kh
-        t = t // kh
-        src = t * h * w  # t = n * c + c: the input plane
-        # output columns whose tap is inside the row: 0 <= ow * sw + off < w
-        off = kx * dw - pw
-        lo = 0 if off >= 0 else (-off + sw - 1) // sw
-        hi = min((w - 1 - off) // sw + 1, ow_) if w - 1 - off >= 0 else 0
-        lo = min(lo, hi)
-        for oh in range(oh_):
-            ih = oh * sh - ph + ky * dh
-            d = r * p + oh * ow_
-            if ih < 0 or ih >= h:
-                for ow in range(ow_):
-                    col[d + ow] = zero
-                continue
-            s = src + ih * w + off
-            for ow in range(lo):
+    kx = r % kw
+    t = r // kw
+    ky = t % kh
+    t = t // kh
+    src = t * h * w  # t = n * c + c: the input plane
+    # output columns whose tap is inside the row: 0 <= ow * sw + off < w
+    off = kx * dw - pw
+    lo = 0 if off >= 0 else (-off + sw - 1) // sw
+    hi = min((w - 1 - off) // sw + 1, ow_) if w - 1 - off >= 0 else 0
+    lo = min(lo, hi)
+    for oh in range(oh_):
+        ih = oh * sh - ph + ky * dh
+        d = r * p + oh * ow_
+        if ih < 0 or ih >= h:
+            for ow in range(ow_):
                 col[d + ow] = zero
-            if sw == 1:
-                for ow in range(lo, hi):
-                    col[d + ow] = x[s + ow]
-            else:
-                for ow in range(lo, hi):
-                    col[d + ow] = x[s + ow * sw]
-            for ow in range(hi, ow_):
-                col[d + ow] = zero
+            continue
+        s = src + ih * w + off
+        for ow in range(lo):
+            col[d + ow] = zero
+        if sw == 1:
+            for ow in range(lo, hi):
+                col[d + ow] = x[s + ow]
+        else:
+            for ow in range(lo, hi):
+                col[d + ow] = x[s + ow * sw]
+        for ow in range(hi, ow_):
+            col[d + ow] = zero

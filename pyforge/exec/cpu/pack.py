@@ -13,6 +13,8 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.core.extending import intrinsic
 
+from .tiles import claim, threads, tiling
+
 MR, NR = 6, 16  # the micro-tile (sgemm.py): rows of L per panel, columns of R per panel
 
 _V8 = ir.VectorType(ir.FloatType(), 8)
@@ -81,26 +83,39 @@ def pad_image(x, x_base, channels, h, w, top, left, phases, hp, wp, xpad):
     """The zero-bordered image, one plane per (phase, channel): for a stride (sh, sw) conv the
     phase (py, px) = ``phases[p]`` holds xpad[p, c, i, j] = x[c, i * sh + py - top,
     j * sw + px - left] (phases[p] also gives sh, sw: rows (py, px, sh, sw)); a stride-1 conv
-    has the one phase (0, 0, 1, 1). Zero outside the image and in the slack after the planes."""
+    has the one phase (0, 0, 1, 1). Zero outside the image and in the slack after the planes.
+    Planes are claimed in tiles (tiles.py)."""
+    planes, parts = len(phases) * channels, threads()
+    per, tiles, nxt = tiling(planes, parts)
+    for _ in prange(parts):
+        tile = claim(nxt)
+        while tile < tiles:
+            for t in range(tile * per, min(planes, tile * per + per)):
+                _pad_plane(x, x_base, channels, h, w, top, left, phases, hp, wp, xpad, t)
+            tile = claim(nxt)
     zero = xpad.dtype.type(0)
-    for t in prange(len(phases) * channels):
-        p, c = t // channels, t % channels
-        py, px, sh, sw = phases[p, 0], phases[p, 1], phases[p, 2], phases[p, 3]
-        o = t * hp * wp
-        s = x_base + c * h * w
-        for i in range(hp):
-            row = o + i * wp
-            iy = i * sh + py - top
-            if iy < 0 or iy >= h:
-                for q in range(wp):
-                    xpad[row + q] = zero
-                continue
-            src = s + iy * w
-            for q in range(wp):
-                ix = q * sw + px - left
-                xpad[row + q] = x[src + ix] if 0 <= ix < w else zero
-    for q in range(len(phases) * channels * hp * wp, len(xpad)):
+    for q in range(planes * hp * wp, len(xpad)):
         xpad[q] = zero
+
+
+@njit(nogil=True, cache=True)
+def _pad_plane(x, x_base, channels, h, w, top, left, phases, hp, wp, xpad, t):
+    zero = xpad.dtype.type(0)
+    p, c = t // channels, t % channels
+    py, px, sh, sw = phases[p, 0], phases[p, 1], phases[p, 2], phases[p, 3]
+    o = t * hp * wp
+    s = x_base + c * h * w
+    for i in range(hp):
+        row = o + i * wp
+        iy = i * sh + py - top
+        if iy < 0 or iy >= h:
+            for q in range(wp):
+                xpad[row + q] = zero
+            continue
+        src = s + iy * w
+        for q in range(wp):
+            ix = q * sw + px - left
+            xpad[row + q] = x[src + ix] if 0 <= ix < w else zero
 
 
 def packed_size(rows: int, kdim: int, width: int) -> int:

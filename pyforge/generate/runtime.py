@@ -79,64 +79,88 @@ def _layout(model) -> _Layout:
 class _Cache:
     """Per layer key and value rows, preallocated to ``max_context``. The rows of one head lie
     together with ``stride`` rows between heads, so the fed ``past`` (all ``stride`` rows) is one
-    dense array; growing the stride moves rows into a second buffer (none when kv_heads is 1)."""
+    dense array; growing the stride moves rows into a second buffer (none when kv_heads is 1).
+
+    On cuda the buffers are device memory: ``past`` is fed as device arrays (predict copies
+    them device to device into its plan) and the new rows of ``present`` are copied back device
+    to device; nothing crosses to the host but the ids, the mask and the last logits."""
 
     def __init__(self, lay: _Layout, max_context: int, device: bool):
         self.lay, self.device = lay, device
-        n = lay.kv_heads * max_context * lay.head_dim
-        if device:
+        self.raw = device and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"  # raw pointers
+        zeros = np.zeros(lay.kv_heads * max_context * lay.head_dim, lay.dtype)
+        if device:  # zeroed: a masked row still meets a weight of 0, and 0 * NaN is NaN
             from numba import cuda
 
-            alloc = lambda: cuda.device_array(n, lay.dtype)
+            alloc = lambda: cuda.to_device(zeros)
         else:
-            alloc = lambda: np.zeros(n, lay.dtype)
-        self.bufs = [[alloc()] for _ in range(2 * lay.layers)]
-        if lay.kv_heads > 1:
-            for pair in self.bufs:
-                pair.append(alloc())
-        self.stride = 0
+            alloc = zeros.copy
+        self.bufs = [
+            [alloc() for _ in range(1 + (lay.kv_heads > 1))] for _ in range(2 * lay.layers)
+        ]
+        self.stride, self._views = 0, None
         self.tokens: list[int] = []  # the ids whose rows are held, in order
 
     def past(self) -> dict[str, Any]:
-        shape = (1, self.lay.kv_heads, self.stride, self.lay.head_dim)
-        size = int(np.prod(shape))
-        return {
-            _name("past_key_values", i): b[0][:size].reshape(shape) for i, b in enumerate(self.bufs)
-        }
+        if self._views is None:  # made once per layout: a device array costs ~10 us to make
+            shape = (1, self.lay.kv_heads, self.stride, self.lay.head_dim)
+            size = int(np.prod(shape))
+            view = _DeviceView if self.raw else lambda b: b[:size].reshape(shape)
+            self._views = {
+                _name("past_key_values", i): view(b[0], shape, self.lay.dtype)
+                if self.raw
+                else view(b[0])
+                for i, b in enumerate(self.bufs)
+            }
+        return self._views
 
     def append(self, outs: dict[str, Any], first: int, ids: Sequence[int], stride: int) -> None:
         """Rows ``first..first+len(ids)`` of each ``present`` become the rows after the held
         ones; the layout moves to ``stride`` first if it grows."""
         held, hd, kv = len(self.tokens), self.lay.head_dim, self.lay.kv_heads
         for i, pair in enumerate(self.bufs):
-            present = outs[_name("present", i)].reshape(-1)
+            present = outs[_name("present", i)]
             if stride != self.stride and kv > 1:  # the held rows to the other buffer's layout
                 for h in range(kv):
                     self._copy(pair[1], h * stride * hd, pair[0], h * self.stride * hd, held * hd)
                 pair.reverse()
-            src_stride = present.shape[0] // (kv * hd)
+            rows = present.shape[2]
             for h in range(kv):
-                dst, src = (h * stride + held) * hd, (h * src_stride + first) * hd
+                dst, src = (h * stride + held) * hd, (h * rows + first) * hd
                 self._copy(pair[0], dst, present, src, len(ids) * hd)
-        self.stride = stride
+        if stride != self.stride:
+            self.stride, self._views = stride, None
         self.tokens.extend(ids)
 
     def _copy(self, dst, at: int, src, frm: int, n: int) -> None:
         if n == 0:
             return
         if not self.device:
-            dst[at : at + n] = src[frm : frm + n]
+            dst[at : at + n] = src.reshape(-1)[frm : frm + n]
         elif isinstance(src, np.ndarray):  # predict gave host outputs (every past was empty)
-            dst[at : at + n].copy_to_device(np.ascontiguousarray(src[frm : frm + n]))
-        elif os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+            dst[at : at + n].copy_to_device(np.ascontiguousarray(src.reshape(-1)[frm : frm + n]))
+        elif self.raw:
             from cuda.bindings import driver as drv
 
-            size = self.lay.dtype.itemsize  # the default stream orders after predict's sync
+            size = self.lay.dtype.itemsize  # on the legacy stream: after predict's, before the next
             dptr = dst.device_ctypes_pointer.value + at * size
             sptr = src.device_ctypes_pointer.value + frm * size
-            drv.cuMemcpyDtoDAsync(dptr, sptr, n * size, 0)
+            (err,) = drv.cuMemcpyDtoDAsync(dptr, sptr, n * size, 0)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"CUDA error copying the KV cache rows: {err}")
         else:
-            dst[at : at + n].copy_to_device(src[frm : frm + n])
+            dst[at : at + n].copy_to_device(src.reshape(-1)[frm : frm + n])
+
+
+class _DeviceView:
+    """A dense (1, kv_heads, stride, head_dim) window on a cache buffer, exporting the CUDA
+    array interface as a plain attribute (a Numba array builds that dict anew per read)."""
+
+    def __init__(self, buf, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype, self._buf = shape, dtype, buf
+        ptr = buf.device_ctypes_pointer.value
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (ptr, False),
+                                         "strides": None, "version": 3, "stream": None}  # fmt: skip
 
 
 def _name(prefix: str, i: int) -> str:
@@ -213,7 +237,7 @@ class TextGenerator:
 
     def reset(self) -> None:
         """Forget the conversation: the next call prefills its whole prompt."""
-        self._cache.tokens, self._cache.stride = [], 0
+        self._cache.tokens, self._cache.stride, self._cache._views = [], 0, None
 
     @property
     def conversation(self) -> list[int]:

@@ -69,13 +69,27 @@ def dag_cost(eg: EGraph, root: int, choice: Choice, cost: Cost) -> float:
     return total if visit(root) else math.inf
 
 
-def greedy(eg: EGraph, cost: Cost) -> Choice:
-    """Each class's e-node of least tree cost (children's best costs summed), to a fixed point."""
+def reachable(eg: EGraph, root: int) -> list[int]:
+    """The classes some e-node path from ``root`` reaches (``root`` included)."""
+    seen, stack = {eg.find(root)}, [eg.find(root)]
+    while stack:
+        for n in eg.nodes(stack.pop()):
+            for ch in n.children:
+                if ch not in seen:
+                    seen.add(ch)
+                    stack.append(ch)
+    return sorted(seen)
+
+
+def greedy(eg: EGraph, cost: Cost, classes: list[int] | None = None) -> Choice:
+    """Each class's e-node of least tree cost (children's best costs summed), to a fixed point;
+    over ``classes`` only when given (closed under children: ``reachable``)."""
     best: dict[int, tuple[float, ENode]] = {}
     changed = True
     while changed:
         changed = False
-        for c, nodes in eg.classes.items():
+        for c in eg.classes if classes is None else classes:
+            nodes = eg.classes[c]
             for n in sorted(nodes, key=lambda n: (n.op, n.children)):  # ties: a fixed order
                 t = cost(n) + sum(best.get(ch, (math.inf,))[0] for ch in n.children)
                 if t < best.get(c, (math.inf,))[0]:
@@ -107,23 +121,26 @@ def branch_and_bound(
     cost: Cost,
     time_budget: float = 5.0,
     on_bound: Callable[[Choice, float], None] | None = None,
+    must: dict[int, frozenset[int]] | None = None,
 ) -> Extraction:
     """The least-cost acyclic extraction of ``root`` (optimal unless the budget ran out).
-    ``on_bound(partial choice, lower bound)`` sees every bound the search uses (for the oracle)."""
+    ``on_bound(partial choice, lower bound)`` sees every bound the search uses (for the oracle);
+    ``must``: ``must_classes(eg)``, when several searches share one e-graph."""
     t0 = time.perf_counter()
     root = eg.find(root)
     log = SearchLog()
-    must = must_classes(eg)
+    must = must_classes(eg) if must is None else must
     # propagation: an e-node reading a class that must contain its own class always cycles
+    reach = reachable(eg, root)  # only these can be needed
     options = {
         c: sorted(
-            (n for n in ns if not any(c in must[ch] for ch in n.children)),
+            (n for n in eg.classes[c] if not any(c in must[ch] for ch in n.children)),
             key=lambda n: (cost(n), n.op, n.children),
         )
-        for c, ns in eg.classes.items()
+        for c in reach
     }
     cheapest = {c: min((cost(n) for n in ns), default=math.inf) for c, ns in options.items()}
-    incumbent = greedy(eg, cost)
+    incumbent = greedy(eg, cost, reach)
     best_cost = dag_cost(eg, root, incumbent, cost)
     best = dict(incumbent) if best_cost < math.inf else {}
     log.greedy_cost = best_cost

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...ir import Graph, Node, Value
 from .egraph import EGraph, ENode
-from .extract import SearchLog, branch_and_bound
+from .extract import SearchLog, branch_and_bound, must_classes
 from .rules import Rule, SaturationReport, saturate
 
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
@@ -147,10 +147,10 @@ def optimise(graph: Graph, cost: KernelCost, budget: float = 5.0) -> tuple[Graph
             parts = [(x, leaf(mm.inputs[1]), leaf(_bias(add, mm))) for mm, add in r.gemms]
             roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode("GemmBias", p)) for p in parts))))
         report.saturation = saturate(eg, RULES, max_iterations=4)
-        costs = _Costs(eg, leaves, cost)
+        costs, must = _Costs(eg, leaves, cost), must_classes(eg)
         for r, root in zip(report.regions, roots):
             # regions share no e-class, so each is searched alone: the optima add up
-            found = branch_and_bound(eg, root, costs, budget / len(roots))
+            found = branch_and_bound(eg, root, costs, budget / len(roots), must=must)
             report.searches.append(found.log)
             for n in eg.nodes(root):
                 r.alternatives["merged" if n.op == "Split" else "apart"] = costs.total(n)

@@ -1,6 +1,7 @@
 """FusedAttention: softmax(scale * q kᵀ, masked) v as one op, made by opt/attention.py.
 
-Inputs ``q, k, v`` then one tensor per mask step. Each of q, k, v is read through a permutation
+Inputs ``q, k, v``, the scale (a one-element tensor, so that one compiled kernel serves every
+head size) then one tensor per mask step. Each of q, k, v is read through a permutation
 (``q_perm``...: the canonical operand is ``np.transpose(input, perm)``), so the transposes that
 split heads need no kernel of their own: canonically q is (B, H, Sq, D), k (B|1, Hk, Sk, D),
 v (B|1, Hk, Sk, Dv), query head h reading key/value head h // (H / Hk) (grouped-query attention).
@@ -38,8 +39,8 @@ def _evaluate(node: Node, xs):
     q, k, v = (np.transpose(x, a[p]) for x, p in zip(xs, ("q_perm", "k_perm", "v_perm")))
     groups = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
-    s = np.matmul(q.astype(np.float64), np.swapaxes(k, -1, -2).astype(np.float64)) * a["scale"]
-    for step, m in zip(a["mask"], xs[3:]):
+    s = np.matmul(q.astype(np.float64), np.swapaxes(k, -1, -2).astype(np.float64)) * xs[3]
+    for step, m in zip(a["mask"], xs[4:]):
         s = s + m if step == "add" else np.where(m == a["keep"], s, a["fill"])
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     o = np.matmul(e / e.sum(axis=-1, keepdims=True), v.astype(np.float64))

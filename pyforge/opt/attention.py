@@ -156,7 +156,6 @@ def _attention(graph: Graph, m: _Match, sm: Node) -> tuple[Node, list[Node]] | N
         out, out_perm = t.outputs[0], tuple(t.attrs["perm"])
         nodes.append(t)
     attrs = {
-        "scale": scale * q[2] * k[2],
         "q_perm": list(q[1]),
         "k_perm": list(k[1]),
         "v_perm": list(v[1]),
@@ -167,7 +166,8 @@ def _attention(graph: Graph, m: _Match, sm: Node) -> tuple[Node, list[Node]] | N
     }
     if sum(s[0] == "where" for s in steps) > 1:
         return None  # one keep/fill pair per node
-    inputs = [q[0], k[0], v[0]] + [s[1] for s in steps]
+    scale_c = graph.constant(np.asarray([scale * q[2] * k[2]], np.float32), "attention_scale")
+    inputs = [q[0], k[0], v[0], scale_c] + [s[1] for s in steps]
     node = Node("FusedAttention", inputs, [out], attrs, pv.name, 1)
     return node, nodes
 

@@ -179,12 +179,26 @@ CASES = {
 }
 
 
+# the cpu kernel is compiled once per mask structure (additive, none, where, where inverted):
+# the additive cases share one compile, the other structures' parity runs are slow
+SLOW = {"vit_no_mask", "gpt2_where", "where_inverted"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_pattern_fires_and_matches_ort(case):
+def test_pattern_fires(case):
+    model, _ = core(**CASES[case])
+    (node,) = fused_attention_nodes(model)
+    assert len(node.inputs) == 4 + len(node.attrs["mask"])
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in sorted(CASES)]
+)
+def test_fused_matches_ort(case):
     model, feeds = core(**CASES[case])
-    assert len(fused_attention_nodes(model)) == 1, case
     check_against_ort(model, feeds)
-    check_against_ort(model, feeds, fusion=False)  # the unfused graph: the same answer
+    if case == "gqa_4_heads_2_kv":  # the unfused graph: the same answer
+        check_against_ort(model, feeds, fusion=False)
 
 
 NOT_FIRING = {

@@ -2,12 +2,13 @@
 sum per query row, the accumulator rescaled when the max grows).
 
 cpu: one prange iteration per (batch, head, block of QB query rows); per block of BK keys, the
-keys are packed transposed once, then per row its BK scores are summed over the head dim as
-runs over keys and its accumulator updated as runs over the head dim (both loops vectorise).
+block's keys and values are packed once and both products are BLAS calls (np.dot: a (QB, BK)
+score block, then (QB, BK) x (BK, Dv) into the accumulator), the softmax in between per row.
 cuda, flash-attention style: one block per (query tile, head, batch); the K and V tiles go
 through shared memory; each query row's TPR threads take every TPR-th key of a tile, each with
 its own running max, sum and accumulator in registers, merged once at the end.
-Every shape and stride is a literal of the source: a kernel per attention shape.
+The cpu kernel takes shapes and strides as int params (one compiled kernel per mask structure);
+the cuda kernel has them as literals (its local and shared arrays are sized by them).
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ from ..emit import HEADER, KernelBuilder, KernelCall, broadcast_strides, contigu
 from ..registry import lowering
 from ..scalar import lit
 
-QB_CPU, BK_CPU = 16, 64
+QB_CPU, BK_CPU = 32, 128
 SHARED_FLOATS = 10240  # cuda: tiles + merge buffer, 40 KiB of the 48 KiB a block gets
 
 _CPU = """\
 from numba import njit, prange
 
 
-@njit(parallel={parallel}, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def kernel(n, {params}):
-    sc = {scale}
+    sc = {sc}
     for t in prange(n):
         qb = t % {NQB}
         h = (t // {NQB}) % {H}
@@ -36,49 +37,59 @@ def kernel(n, {params}):
         hk = h // {G}
         q0 = qb * {QB}
         rows = min({QB}, {SQ} - q0)
-        kt = np.empty({D} * {BK}, np.float32)
-        s = np.empty({BK}, np.float32)
+        qs = np.zeros(({QB}, {D}), np.float32)
+        kb = np.zeros(({BK}, {D}), np.float32)
+        vb = np.zeros(({BK}, {DV}), np.float32)
         m = np.full({QB}, -np.inf, np.float32)
         l = np.zeros({QB}, np.float32)
-        acc = np.zeros({QB} * {DV}, np.float32)
+        acc = np.zeros(({QB}, {DV}), np.float32)
+        for r in range(rows):
+            i = q0 + r
+            qr = {q_at}
+            for d in range({D}):
+                qs[r, d] = {q}[qr + d * {QD}] * sc
         for k0 in range(0, {SK}, {BK}):
             nk = min({BK}, {SK} - k0)
             for j in range(nk):
                 kr = {k_at}
                 for d in range({D}):
-                    kt[d * {BK} + j] = {k}[kr + d * {KD}]
+                    kb[j, d] = {k}[kr + d * {KD}]
+                vr = {v_at}
+                for d in range({DV}):
+                    vb[j, d] = {v}[vr + d * {VD}]
+            for j in range(nk, {BK}):
+                for d in range({DV}):
+                    vb[j, d] = 0
+            s = np.dot(qs, kb.T)
             for r in range(rows):
                 i = q0 + r
-                qr = {q_at}
-                for j in range(nk):
-                    s[j] = 0
-                for d in range({D}):
-                    qd = {q}[qr + d * {QD}] * sc
-                    for j in range(nk):
-                        s[j] += qd * kt[d * {BK} + j]
+                sr = s[r]
 {mask}
+                for j in range(nk, {BK}):
+                    sr[j] = -np.inf
                 mx = m[r]
                 for j in range(nk):
-                    mx = max(mx, s[j])
+                    mx = max(mx, sr[j])
                 if mx == -np.inf:
+                    for j in range({BK}):
+                        sr[j] = 0
                     continue
                 alpha = math.exp(m[r] - mx)
-                l[r] *= alpha
-                a = acc[r * {DV} : (r + 1) * {DV}]
+                tot = f32(0)
+                for j in range({BK}):
+                    p = math.exp(sr[j] - mx)
+                    sr[j] = p
+                    tot += p
+                l[r] = l[r] * alpha + tot
                 for d in range({DV}):
-                    a[d] *= alpha
-                for j in range(nk):
-                    p = math.exp(s[j] - mx)
-                    l[r] += p
-                    vr = {v_at}
-                    for d in range({DV}):
-                        a[d] += p * {v}[vr + d * {VD}]
+                    acc[r, d] *= alpha
                 m[r] = mx
+            acc += np.dot(s, vb)
         for r in range(rows):
             i = q0 + r
             orow = {o_at}
             for d in range({DV}):
-                {o}[orow + d * {OD}] = acc[r * {DV} + d] / l[r]
+                {o}[orow + d * {OD}] = acc[r, d] / l[r]
 """
 
 _CUDA = """\
@@ -100,7 +111,7 @@ def kernel(n, {params}):
     sl = cuda.shared.array({NT}, f32)
     qv = cuda.local.array({D}, f32)
     acc = cuda.local.array({DV}, f32)
-    sc = {scale}
+    sc = {sc}
     qr = {q_at}
     for d in range({D}):
         qv[d] = f32(0)
@@ -168,8 +179,8 @@ def _pow2_floor(x: int) -> int:
     return 1 << (max(x, 1).bit_length() - 1)
 
 
-def _at(strides: list[int], coords: tuple[str, ...]) -> str:
-    terms = [c if s == 1 else f"{c} * {s}" for s, c in zip(strides, coords) if s]
+def _at(strides: list[str], coords: tuple[str, ...]) -> str:
+    terms = [c if s == "1" else f"{c} * {s}" for s, c in zip(strides, coords) if s != "0"]
     return " + ".join(terms) or "0"
 
 
@@ -179,62 +190,81 @@ def _strides(v: Value, perm: list[int]) -> list[int]:
     return [0 if v.shape[p] == 1 else st[p] for p in perm]
 
 
-def _mask_lines(node: Node, names: list[str], full: tuple, cpu: bool) -> str:
-    """The mask steps, in order, on ``s[j]`` (cpu) or ``x`` (cuda) for key k0 + j of row i."""
-    lines, pad = [], " " * 16
-    for step, v, name in zip(node.attrs["mask"], node.inputs[3:], names):
-        st = broadcast_strides(v.shape, full)
-        at = f"{name}[{_at(st, ('b', 'h', 'i', '(k0 + j)'))}]"
-        x = "s[j]" if cpu else "x"
+def _fields(node: Node, names: list[str], num, cpu: bool) -> dict:
+    """The template's shape and stride fields; ``num`` writes an int (a literal or a param)."""
+    a = node.attrs
+    q, k, v = node.inputs[:3]
+    _, heads, sq, d = (q.shape[p] for p in a["q_perm"])
+    hk, sk, dv = k.shape[a["k_perm"][1]], k.shape[a["k_perm"][2]], v.shape[a["v_perm"][3]]
+    ys = contiguous_strides(node.outputs[0].shape)
+    st = {
+        "q": _strides(q, a["q_perm"]),
+        "k": _strides(k, a["k_perm"]),
+        "v": _strides(v, a["v_perm"]),
+        "o": [ys[a["out_perm"].index(axis)] for axis in range(4)],
+    }
+    f = dict(H=num(heads, "H"), G=num(heads // hk, "G"), SQ=num(sq, "SQ"), SK=num(sk, "SK"))
+    f.update(D=num(d, "D"), DV=num(dv, "DV"), sc=f"{names[3]}[0]")
+    f.update(q=names[0], k=names[1], v=names[2], o=names[-1])
+    for t, rows in (("q", ("b", "h", "i")), ("k", ("b", "hk", "(k0 + j)"))):
+        f[f"{t}_at"] = _at([num(x, "s") for x in st[t][:3]], rows)
+        f[t.upper() + "D"] = num(st[t][3], "s")
+    f["v_at"] = _at([num(x, "s") for x in st["v"][:3]], ("b", "hk", "(k0 + j)"))
+    f["o_at"] = _at([num(x, "s") for x in st["o"][:3]], ("b", "h", "i"))
+    f["VD"], f["OD"] = num(st["v"][3], "s"), num(st["o"][3], "s")
+    f["mask"] = _mask(node, names, num, cpu)
+    return f
+
+
+def _mask(node: Node, names: list[str], num, cpu: bool) -> str:
+    """The mask steps, in order, on the scores of row i: cpu a loop over the block's keys on
+    ``sr[j]``, cuda on its key's ``x``."""
+    a, lines, x = node.attrs, [], "sr[j]" if cpu else "x"
+    q, k = node.inputs[:2]
+    bsz, heads, sq, _ = (q.shape[p] for p in a["q_perm"])
+    full = (bsz, heads, sq, k.shape[a["k_perm"][2]])
+    for step, m, name in zip(a["mask"], node.inputs[4:], names[4:-1]):
+        mst = [num(z, "s") for z in broadcast_strides(m.shape, full)]
+        at = f"{name}[{_at(mst, ('b', 'h', 'i', '(k0 + j)'))}]"
         if step == "add":
             body = [f"{x} += {at}"]
         else:
-            keep, fill = lit(node.attrs["keep"], "b1"), lit(node.attrs["fill"], "f32")
-            body = [f"if {at} != {keep}:", f"    {x} = {fill}"]
+            body = [f"if {at} != {lit(a['keep'], 'b1')}:", f"    {x} = {lit(a['fill'], 'f32')}"]
         if cpu:
             body = ["for j in range(nk):"] + ["    " + ln for ln in body]
-        lines += [pad + ln for ln in body]
+        lines += [" " * 16 + ln for ln in body]
     return "\n".join(lines)
 
 
 @lowering("FusedAttention", form="rows")
 def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
-    a = node.attrs
     q, k, v = node.inputs[:3]
-    out = node.outputs[0]
-    qs, ks, vs = _strides(q, a["q_perm"]), _strides(k, a["k_perm"]), _strides(v, a["v_perm"])
+    a = node.attrs
     bsz, heads, sq, d = (q.shape[p] for p in a["q_perm"])
-    hk, sk, dv = k.shape[a["k_perm"][1]], k.shape[a["k_perm"][2]], v.shape[a["v_perm"][3]]
-    ys = contiguous_strides(out.shape)
-    os_ = [ys[a["out_perm"].index(axis)] for axis in range(4)]
-    names = [kb.tensor(t.name) for t in node.inputs] + [kb.tensor(out.name)]
-    full = (bsz, heads, sq, sk)
-    common = dict(
-        params=", ".join(kb.params), H=heads, G=heads // hk, SQ=sq, SK=sk, D=d, DV=dv,
-        q=names[0], k=names[1], v=names[2], o=names[-1], scale=lit(a["scale"], "f32"),
-        q_at=_at(qs[:3], ("b", "h", "i")), QD=qs[3], k_at=_at(ks[:3], ("b", "hk", "(k0 + j)")),
-        KD=ks[3], v_at=_at(vs[:3], ("b", "hk", "(k0 + j)")), VD=vs[3],
-        o_at=_at(os_[:3], ("b", "h", "i")), OD=os_[3],
-    )  # fmt: skip
-    nqb = -(-sq // QB_CPU)
+    sk, dv = k.shape[a["k_perm"][2]], v.shape[a["v_perm"][3]]
+    names = [kb.tensor(t.name) for t in node.inputs] + [kb.tensor(node.outputs[0].name)]
+    qb = min(QB_CPU, sq)
+    nqb = -(-sq // qb)
     n = bsz * heads * nqb
-    cpu = _CPU.format(
-        parallel=n > 1, NQB=nqb, QB=QB_CPU, BK=BK_CPU,
-        mask=_mask_lines(node, names[3:-1], full, True), **common,
-    )  # fmt: skip
-    # cuda: NT threads, BQ query rows of TPR threads each; the merge reuses the tile buffer
+    # cpu: shapes and strides are int params (one compiled kernel per mask structure); the mask
+    # loops over the row's keys
+    cpu_f = _fields(node, names, kb.int_param, True)
+    cpu_f.update(NQB=kb.int_param(nqb, "NQB"), QB=kb.int_param(qb, "QB"))
+    cpu_f["BK"] = kb.int_param(min(BK_CPU, sk), "BK")
+    # cuda: literals (local and shared array sizes must be); NT threads, BQ query rows of TPR
+    # threads each; the merge at the end reuses the tile buffer
+    cuda_f = _fields(node, names, lambda value, hint: str(int(value)), False)
     kp, vp = d + 1, dv + 1
     bk = min(64, SHARED_FLOATS // (kp + vp))
     nt = min(128, _pow2_floor(SHARED_FLOATS // dv))
     bq = min(16, 1 << max(sq - 1, 0).bit_length(), nt)
     tpr = min(nt // bq, _pow2_floor(bk))
     nt = bq * tpr
-    cuda = _CUDA.format(
-        TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp,
-        SHN=max(bk * (kp + vp), nt * dv), mask=_mask_lines(node, names[3:-1], full, False),
-        **common,
-    )  # fmt: skip
-    cpu, cuda = HEADER + "\n" + cpu, HEADER + "\n" + cuda
+    cuda_f.update(TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp)
+    cuda_f["SHN"] = max(bk * (kp + vp), nt * dv)
+    params = ", ".join(kb.params)
+    cpu = HEADER + "\n" + _CPU.format(params=params, **cpu_f)
+    cuda = HEADER + "\n" + _CUDA.format(params=params, **cuda_f)
     key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
     call = KernelCall(cpu, cuda, key, n, list(kb.args), kb.label)
     call.launch = ((-(-sq // bq), heads, bsz), nt)

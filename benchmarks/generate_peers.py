@@ -150,6 +150,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", default="", help="comma-separated: pyforge,ort,eager,compile,llama")
     ap.add_argument("--llama-python", default=os.environ.get("LLAMA_PYTHON", ""),
                     help="a python with llama-cpp-python (default: $LLAMA_PYTHON; none: skipped)")  # fmt: skip
+    ap.add_argument("--weights", default="", metavar="NPZ",
+                    help="keep the dequantized fp32 weights here and read them on later runs")  # fmt: skip
     ap.add_argument("--buckets", action="store_true", help="measure the bucket choices only")
     args = ap.parse_args(argv)
     deadline = time.monotonic() + args.budget
@@ -158,14 +160,20 @@ def main(argv=None) -> int:
 
     t0 = time.monotonic()
     folder, name = os.path.split(os.path.abspath(args.gguf))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=name, dtype=torch.float32
-    ).eval()
-    config, weights = gemma_config(hf.config), gguf_weights(hf)
-    print(
-        f"{name} read and dequantized by transformers in {time.monotonic() - t0:.0f} s",
-        file=sys.stderr,
-    )
+    if args.weights and os.path.exists(args.weights):  # the fp32 weights of an earlier run
+        from generate_gpu import hf_model
+
+        weights = dict(np.load(args.weights))
+        config = gemma_config(transformers.AutoConfig.from_pretrained(folder, gguf_file=name))
+        hf = hf_model(config, weights, "cpu")
+    else:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32
+        ).eval()
+        config, weights = gemma_config(hf.config), gguf_weights(hf)
+        if args.weights:
+            np.savez(args.weights, **weights)
+    print(f"{name}'s weights as fp32 in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     if args.buckets:
         buckets(config, weights, deadline)
         return 0

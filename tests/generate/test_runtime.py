@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -297,3 +298,40 @@ def test_cli_generate_streams_ids_and_prints_the_timings(decoder, tmp_path, caps
     assert "prefill" in err and "ms/token" in err
     assert main(["generate", str(path), "--prompt", "hello"]) == 1  # no tokenizer for text
     assert "--tokenizer" in capsys.readouterr().err
+
+
+DEVICE_CACHE = """
+import numpy as np
+from numba import cuda
+from pyforge.generate.runtime import _Cache, _Layout
+lay = _Layout(layers=1, kv_heads=2, head_dim=3, dtype=np.dtype(np.float32), inputs=())
+host, dev = _Cache(lay, 16, device=False), _Cache(lay, 16, device=True)
+rng = np.random.default_rng(0)
+for n, stride, pad, on_device in [(3, 4, 1, False), (1, 4, 0, True), (2, 8, 0, True)]:
+    rows = host.stride + pad + n
+    outs = {f"present.0.{k}": rng.standard_normal((1, 2, rows, 3)).astype(np.float32)
+            for k in ("key", "value")}
+    host.append(outs, host.stride + pad, list(range(n)), stride)
+    dev.append({k: cuda.to_device(v) if on_device else v for k, v in outs.items()},
+               dev.stride + pad, list(range(n)), stride)
+    for name, want in host.past().items():
+        got = dev.past()[name].copy_to_host()
+        assert got.shape == want.shape == (1, 2, stride, 3), (got.shape, want.shape)
+        assert np.array_equal(got[:, :, : len(host.tokens)], want[:, :, : len(host.tokens)])
+print("device cache ok")
+"""
+
+
+def test_device_cache_layout_in_simulator():
+    """The cuda cache (device buffers, rows moved as the stride grows) holds the cpu one's rows."""
+    pytest.importorskip("numba.cuda")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    run = subprocess.run(
+        [sys.executable, "-c", DEVICE_CACHE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0 and "device cache ok" in run.stdout, run.stderr[-2000:]

@@ -108,7 +108,7 @@ def _egraph_pass(out: dict):
     costs = CostModel("cpu", make_runtime=CpuRuntime)
 
     def run(graph):
-        graph, out["report"] = optimise(graph, costs.seconds)
+        graph, out["report"] = optimise(graph, costs.seconds, prefetch=costs.measure)
         return graph
 
     return run

@@ -73,20 +73,25 @@ def candidate_graph(kind: str, shapes: tuple, dtype: str) -> tuple[Graph, float,
     raise ValueError(f"no candidate kernel {kind!r}")
 
 
-def time_graph(graph: Graph, make_runtime: Callable[[Any], Any], runs: int = 30) -> float:
-    """Least seconds of one run of ``graph`` (fused, lowered, bound) on seeded random inputs:
-    on a loaded machine the minimum is the figure least moved by other work."""
-    prog = lower_graph(fuse_graph(graph))
-    rt = make_runtime(build_plan(prog))
-    rng = np.random.default_rng(1)
-    feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
-    rt.run(feeds)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+def time_graphs(
+    graphs: list[Graph], make_runtime: Callable[[Any], Any], rounds: int = 30
+) -> list[float]:
+    """Least seconds of one run of each graph (fused, lowered, bound) on seeded random inputs,
+    the graphs run in turn round after round, so that all see the same load; on a loaded
+    machine the minimum is the figure least moved by other work."""
+    rng, bound = np.random.default_rng(1), []
+    for graph in graphs:
+        rt = make_runtime(build_plan(lower_graph(fuse_graph(graph))))
+        feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
         rt.run(feeds)
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        bound.append((rt, feeds))
+    best = [float("inf")] * len(graphs)
+    for _ in range(rounds):
+        for i, (rt, feeds) in enumerate(bound):
+            t0 = time.perf_counter()
+            rt.run(feeds)
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
 
 
 class CostModel:
@@ -106,22 +111,34 @@ class CostModel:
         except (OSError, ValueError):
             self.table = {}
 
+    def _key(self, kind: str, shapes: tuple, dtype: str) -> str:
+        return f"{self.device}|{kind}|{json.dumps(shapes)}|{dtype}"
+
     def seconds(self, kind: str, shapes: tuple, dtype: str) -> tuple[float, str]:
-        key = f"{self.device}|{kind}|{json.dumps(shapes)}|{dtype}"
+        key = self._key(kind, shapes, dtype)
         if key in self.table:
             out = (self.table[key], "cached")
+        elif self.make_runtime is None:
+            _, flops, nbytes = candidate_graph(kind, shapes, dtype)
+            out = (max(flops / PEAK_FLOPS, nbytes / BANDWIDTH), "analytic")
         else:
-            graph, flops, nbytes = candidate_graph(kind, shapes, dtype)
-            if self.make_runtime is None:
-                out = (max(flops / PEAK_FLOPS, nbytes / BANDWIDTH), "analytic")
-            else:
-                # a timed run also copies in and out: the one-element run's time is taken off
-                base = 0.0 if kind == "overhead" else self.seconds("overhead", ((1,),), dtype)[0]
-                self.table[key] = max(time_graph(graph, self.make_runtime) - base, 1e-7)
-                self._save()
-                out = (self.table[key], "measured")
+            self.measure([(kind, shapes, dtype)])
+            out = (self.table[key], "measured")
         self.log.append((f"{kind} {shapes}", *out))
         return out
+
+    def measure(self, kernels: list[tuple[str, tuple, str]]) -> None:
+        """Time every kernel not in the table yet, alternated in one set of rounds, each net
+        of a timed run's own overhead (a one-element kernel's run, timed in the same rounds)."""
+        todo = [k for k in dict.fromkeys(kernels) if self._key(*k) not in self.table]
+        if not todo or self.make_runtime is None:
+            return
+        base = ("overhead", ((1,),), "float32")
+        graphs = [candidate_graph(*k)[0] for k in [base, *todo]]
+        overhead, *times = time_graphs(graphs, self.make_runtime)
+        for k, t in zip(todo, times):
+            self.table[self._key(*k)] = max(t - overhead, 1e-7)
+        self._save()
 
     def _save(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)

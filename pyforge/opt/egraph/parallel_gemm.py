@@ -109,18 +109,25 @@ class _Costs:
             self.memo[n] = self._price(n)
         return self.memo[n][0]
 
-    def _price(self, n: ENode) -> tuple[float, str]:
+    def request(self, n: ENode) -> tuple[str, tuple, str] | None:
+        """The kernel ``n`` runs as the cost function names it; None: free (leaves, tuples,
+        constant concatenations, folded at compile)."""
+
         def shape(c: int) -> tuple:
             return _shape(self.eg, c, self.leaves)
 
         if n.op == "GemmBias":
-            return self.cost("gemm_bias", (shape(n.children[0]), shape(n.children[1])), "float32")
+            return "gemm_bias", (shape(n.children[0]), shape(n.children[1])), "float32"
         if n.op == "Split":  # back into the parts the merged weight's Concat joined
             g = next(m for m in self.eg.nodes(n.children[0]) if m.op == "GemmBias")
             cat = next(m for m in self.eg.nodes(g.children[1]) if m.op == "Concat")
             parts = tuple(shape(k)[-1] for k in cat.children)
-            return self.cost("split", (shape(n.children[0]), parts), "float32")
-        return 0.0, "free"  # leaves, tuples, constant concatenations (folded at compile)
+            return "split", (shape(n.children[0]), parts), "float32"
+        return None
+
+    def _price(self, n: ENode) -> tuple[float, str]:
+        req = self.request(n)
+        return (0.0, "free") if req is None else self.cost(*req)
 
     def total(self, n: ENode) -> tuple[float, str]:
         """An alternative's cost with its kernels' one level down (the region's GEMMs)."""
@@ -130,8 +137,15 @@ class _Costs:
         return sum(self(m) for m in nodes), "+".join(hows) or "free"
 
 
-def optimise(graph: Graph, cost: KernelCost, budget: float = 5.0) -> tuple[Graph, Report]:
-    """Choose, per region, GEMMs apart or one merged GEMM and a split; rewrite the graph."""
+def optimise(
+    graph: Graph,
+    cost: KernelCost,
+    budget: float = 5.0,
+    prefetch: Callable[[list[tuple[str, tuple, str]]], None] | None = None,
+) -> tuple[Graph, Report]:
+    """Choose, per region, GEMMs apart or one merged GEMM and a split; rewrite the graph.
+    ``prefetch(kernels)``, when given, measures every kernel the search may ask for at once
+    (alternated, so the alternatives see the same load) before ``cost`` is asked."""
     t0 = time.perf_counter()
     report = Report(find_regions(graph))
     if report.regions:
@@ -148,6 +162,9 @@ def optimise(graph: Graph, cost: KernelCost, budget: float = 5.0) -> tuple[Graph
             roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode("GemmBias", p)) for p in parts))))
         report.saturation = saturate(eg, RULES, max_iterations=4)
         costs, must = _Costs(eg, leaves, cost), must_classes(eg)
+        if prefetch is not None:
+            reqs = {costs.request(n) for ns in eg.classes.values() for n in ns}
+            prefetch(sorted(r for r in reqs if r is not None))
         for r, root in zip(report.regions, roots):
             # regions share no e-class, so each is searched alone: the optima add up
             found = branch_and_bound(eg, root, costs, budget / len(roots), must=must)

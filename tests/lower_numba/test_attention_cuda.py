@@ -35,7 +35,7 @@ def test_attention_case_in_simulator(case):
 
 
 @pytest.mark.skipif(INSIDE, reason="NVVM, not the simulator")
-@pytest.mark.parametrize("case", ["bert", "gqa_decode"])
+@pytest.mark.parametrize("case", ["bert", pytest.param("gqa_decode", marks=pytest.mark.slow)])
 def test_attention_kernel_compiles_to_ptx(case, tmp_path):
     from tests.lower_numba.test_ptx import _ptx_available, _ptx_of
 

@@ -254,3 +254,11 @@ def test_nan_and_fully_masked_rows_follow_ort():
     from tests.helpers import run_ort
 
     np.testing.assert_array_equal(np.isnan(got), np.isnan(run_ort(model, feeds)[0]))
+
+
+def test_saved_plan_reloads_the_fused_kernel(tmp_path):
+    model, feeds = core(b=1, sq=3, sk=9, mask="add")
+    compiled = pyforge.compile(model, target="cpu")
+    compiled.save(tmp_path / "plan")
+    loaded = pyforge.load(tmp_path / "plan")
+    np.testing.assert_array_equal(loaded.predict(feeds), compiled.predict(feeds))

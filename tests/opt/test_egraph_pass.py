@@ -74,6 +74,16 @@ def test_choice_follows_the_costs_and_matches_ort(tmp_path, monkeypatch, apart, 
     np.testing.assert_allclose(m.predict(_feeds()), greedy.predict(_feeds()), rtol=1e-5, atol=1e-5)
 
 
+def test_a_merged_plan_saves_and_loads(tmp_path, monkeypatch):
+    seed_costs(tmp_path, monkeypatch, apart=3e-4, merged=1e-4)
+    m = pyforge.compile(qkv_model(), target="cpu", optimizer="egraph")
+    assert m.details["egraph"].regions[0].chosen == "merged"
+    m.save(tmp_path / "plan")
+    back = pyforge.load(tmp_path / "plan", "cpu")
+    assert back.stats["optimizer"] == "egraph"
+    np.testing.assert_array_equal(back.predict(_feeds()), m.predict(_feeds()))
+
+
 def test_option_is_checked_up_front():
     with pytest.raises(OptionError, match="cpu target only"):
         pyforge.CompileOptions(optimizer="egraph").resolve("cuda")

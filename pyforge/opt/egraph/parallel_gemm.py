@@ -169,7 +169,7 @@ def optimise(
             # regions share no e-class, so each is searched alone: the optima add up
             found = branch_and_bound(eg, root, costs, budget / len(roots), must=must)
             report.searches.append(found.log)
-            for n in eg.nodes(root):
+            for n in sorted(eg.nodes(root), key=lambda n: n.op):  # apart, then merged
                 r.alternatives["merged" if n.op == "Split" else "apart"] = costs.total(n)
             r.chosen = "merged" if found.choice[eg.find(root)].op == "Split" else "apart"
             if r.chosen == "merged":

@@ -15,6 +15,8 @@ beside pyforge's own dependencies. The table is printed last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -47,6 +49,19 @@ def gemma_config(hf):
         query_pre_attn_scalar=float(hf.query_pre_attn_scalar),
         context=hf.max_position_embeddings,
     )  # fmt: skip
+
+
+def stored_config(kept, folder: str, name: str):
+    """The Gemma3Config saved with the weights; else the GGUF's through transformers."""
+    from pyforge.generate.gemma3 import Gemma3Config
+
+    if kept is not None:
+        return Gemma3Config(**json.loads(str(kept)))
+    try:
+        import transformers
+    except ImportError:  # pyforge's python: Gemma3Config's defaults are Gemma 3 270M's
+        return Gemma3Config()
+    return gemma_config(transformers.AutoConfig.from_pretrained(folder, gguf_file=name))
 
 
 def time_ort(sess, ids: list[int], new: int):
@@ -155,24 +170,23 @@ def main(argv=None) -> int:
     ap.add_argument("--buckets", action="store_true", help="measure the bucket choices only")
     args = ap.parse_args(argv)
     deadline = time.monotonic() + args.budget
-    import torch
-    import transformers
-
     t0 = time.monotonic()
     folder, name = os.path.split(os.path.abspath(args.gguf))
+    hf = None
     if args.weights and os.path.exists(args.weights):  # the fp32 weights of an earlier run
-        from generate_gpu import hf_model
-
         weights = dict(np.load(args.weights))
-        config = gemma_config(transformers.AutoConfig.from_pretrained(folder, gguf_file=name))
-        hf = hf_model(config, weights, "cpu")
+        config = stored_config(weights.pop("__config__", None), folder, name)
     else:
+        import torch
+        import transformers
+
         hf = transformers.AutoModelForCausalLM.from_pretrained(
             folder, gguf_file=name, dtype=torch.float32
         ).eval()
         config, weights = gemma_config(hf.config), gguf_weights(hf)
         if args.weights:
-            np.savez(args.weights, **weights)
+            kept = np.array(json.dumps(dataclasses.asdict(config)))
+            np.savez(args.weights, __config__=kept, **weights)
     print(f"{name}'s weights as fp32 in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     if args.buckets:
         buckets(config, weights, deadline)
@@ -198,7 +212,11 @@ def main(argv=None) -> int:
             lambda n: time_ort(sess, prompt(n, config.vocab), new),
         )
         sess = None
-    proto = weights = None
+    proto = None
+    if hf is None and not {"eager", "compile"} <= skip:
+        from generate_gpu import hf_model
+
+        hf = hf_model(config, weights, "cpu")
     if "eager" not in skip:
         table.run(
             "HF eager (forward loop)",
@@ -215,10 +233,18 @@ def main(argv=None) -> int:
         table.rows.append(
             ("llama.cpp", ["not run: llama-cpp-python did not build here"] * len(lengths))
         )
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
     cores = len(os.sched_getaffinity(0))
     table.print(f"Gemma 3 270M ({name}, dequantized to fp32), batch 1, greedy, {new} new tokens; "
-                f"cpu, {cores} cores; torch {torch.__version__}, transformers "
-                f"{transformers.__version__}, onnxruntime {ort.__version__}; "
+                f"cpu, {cores} cores; torch {version('torch')}, transformers "
+                f"{version('transformers')}, onnxruntime {ort.__version__}; "
                 f"{time.strftime('%Y-%m-%d %H:%M')}")  # fmt: skip
     return 0
 

@@ -20,7 +20,7 @@ from ..emit import HEADER, KernelBuilder, KernelCall, broadcast_strides, contigu
 from ..registry import lowering
 from ..scalar import lit
 
-QB_CPU, BK_CPU = 32, 128
+QB_CPU, BK_CPU = 32, 64  # QB x BK x D <= 2^18 for D <= 128: OpenBLAS stays on one thread
 SHARED_FLOATS = 10240  # cuda: tiles + merge buffer, 40 KiB of the 48 KiB a block gets
 
 _CPU = """\

@@ -63,9 +63,10 @@ def encode(feeds: dict[str, np.ndarray]) -> tuple[bytes, str]:
     return buf.getvalue(), NPZ
 
 
-def decode(body: bytes, kind: str) -> dict | np.ndarray:
+def decode(body: bytes) -> dict | np.ndarray:
+    """An .npy answer as its array, an .npz one (several inputs or outputs) as a dict."""
     loaded = np.load(io.BytesIO(body), allow_pickle=False)
-    return {k: loaded[k] for k in loaded.files} if kind == NPZ else loaded
+    return {k: loaded[k] for k in loaded.files} if hasattr(loaded, "files") else loaded
 
 
 def client(job: dict) -> tuple[float, float, list[tuple]]:
@@ -152,7 +153,7 @@ class Sweep:
         )
         row = {
             "what": label, "mode": "closed" if rate is None else "open",
-            "level": concurrency if rate is None else f"{rate:.0f}/s", "n": len(results),
+            "level": concurrency if rate is None else f"{rate:.3g}/s", "n": len(results),
             "rps": len(ok) / max(wall, 1e-9), "p50": np.percentile(lat, 50), "p99": np.percentile(lat, 99),
             "p999": np.percentile(lat, 99.9), "errors": len(results) - len(ok), "wrong": wrong,
         }  # fmt: skip
@@ -164,7 +165,7 @@ class Sweep:
 def _same(engine, specs, seq, seed, body) -> bool:
     feeds = make_input(specs, seed, seq)
     want = engine.predict(feeds)
-    got = decode(body, NPY if len(want) == 1 else NPZ)
+    got = decode(body)
     got = got if isinstance(got, dict) else {next(iter(want)): got}
     return all(np.allclose(got[k], v, rtol=RTOL, atol=ATOL) for k, v in want.items())
 
@@ -295,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sweep.pool.terminate()
         stop()
-    if args.md:
-        _append(args, notes, sweep.rows)
+        if args.md and sweep.rows:  # what was measured, also when a later level failed
+            _append(args, notes, sweep.rows)
     return 0
 
 

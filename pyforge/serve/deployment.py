@@ -197,7 +197,9 @@ def _encode(kind: str, outputs: dict) -> Response:
             np.savez(buf, **outputs)
             kind = NPZ
         return Response(buf.getvalue(), media_type=kind)
-    return JSONResponse({"outputs": {k: v.tolist() for k, v in outputs.items()}})
+    # json.dumps, not JSONResponse: an output may hold NaN or Inf, which Python's JSON writes
+    body = json.dumps({"outputs": {k: v.tolist() for k, v in outputs.items()}})
+    return Response(body, media_type="application/json")
 
 
 def _error(status: int, message: str, kind: str = "RequestError") -> JSONResponse:

@@ -277,7 +277,10 @@ def _reference_gap(path: Path, feeds: dict, got: dict, want: dict) -> str:
     try:
         model = onnx.load(str(path))
         ref = dict(
-            zip([o.name for o in model.graph.output], ReferenceEvaluator(model).run(None, feeds))
+            zip(
+                [o.name for o in model.graph.output],
+                ReferenceEvaluator(model, new_ops=_reference_ops(model)).run(None, feeds),
+            )
         )
     except Exception as e:  # noqa: BLE001  (the reference lacks some contrib ops)
         return f"; onnx.reference fails: {str(e).splitlines()[0][:90]}"
@@ -286,6 +289,23 @@ def _reference_gap(path: Path, feeds: dict, got: dict, want: dict) -> str:
 
 
 REFERENCE_MAX_BYTES = 64 << 20
+
+
+def _reference_ops(model: onnx.ModelProto) -> list:
+    """onnx.reference has no DequantizeLinear before opset 19; 19's form computes the same for
+    the 8-bit integer types of opsets 13-18 (it adds float8 types only)."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= 19:
+        return []
+    from onnx.reference.ops.op_dequantize_linear import DequantizeLinear_19
+
+    class DequantizeLinear(DequantizeLinear_19):
+        op_domain = ""
+
+        def _run(self, x, x_scale, x_zero_point=None, axis=1, **_later_attributes):
+            return super()._run(x, x_scale, x_zero_point, axis)
+
+    return [DequantizeLinear]
 
 
 def _median_ratio(model, sess, feeds, runs: int) -> float:

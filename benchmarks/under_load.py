@@ -223,9 +223,11 @@ def step_profile(name: str, path: str, cores: list[int], rounds: int, calls: int
     print(f"  all steps {q:.3f} -> {b:.3f} ms ({b / q:.2f}x)", flush=True)
 
 
-def micro(cores: list[int], rounds: int, calls: int, n: int = 1 << 20) -> None:
+def micro(cores: list[int], rounds: int, calls: int, slow: int, n: int = 1 << 20) -> None:
     """One SiLU loop over ``n`` floats two ways, alternated call by call: Numba's static
-    ``prange`` halves and the claimed tiles of the generated kernels (exec/cpu/tiles.py)."""
+    ``prange`` halves and the claimed tiles of the generated kernels (exec/cpu/tiles.py).
+    ``slow`` > 1: the region's thread 1 computes each of its elements that many times, a
+    straggler made by hand (the same on any machine, loaded or not); 2 or 4."""
     import math
 
     import numba
@@ -234,27 +236,44 @@ def micro(cores: list[int], rounds: int, calls: int, n: int = 1 << 20) -> None:
     from pyforge.exec.cpu.runtime import usable_threads
     from pyforge.exec.cpu.tiles import claim, threads, tiling
 
-    @njit(parallel=True, nogil=True)
-    def static(x, y):
-        for i in prange(len(x)):
-            y[i] = x[i] / (np.float32(1) + math.exp(-x[i]))
+    @njit(nogil=True, inline="always")
+    def silu(v, reps):
+        acc = np.float32(0)
+        for r in range(reps):  # the same value each time (the tiny shift defeats CSE)
+            w = v + np.float32(r * 1e-30)
+            acc += w / (np.float32(1) + math.exp(-w))
+        return acc / np.float32(reps)  # exact for reps 1, 2, 4
 
     @njit(parallel=True, nogil=True)
-    def tiled(x, y):
+    def static(x, y, slow):  # one equal share per thread, as Numba schedules a prange
+        parts = threads()
+        per = -(-len(x) // parts)
+        for p in prange(parts):
+            reps = slow if numba.get_thread_id() == 1 else 1
+            for i in range(p * per, min(len(x), p * per + per)):
+                iu = numba.uint64(i)
+                y[iu] = silu(x[iu], reps)
+
+    @njit(parallel=True, nogil=True)
+    def tiled(x, y, slow):
         parts = threads()
         per, tiles, nxt = tiling(len(x), parts)
         for _ in prange(parts):
+            reps = slow if numba.get_thread_id() == 1 else 1
             t = claim(nxt)
             while t < tiles:
                 for i in range(t * per, min(len(x), t * per + per)):
                     iu = numba.uint64(i)
-                    y[iu] = x[iu] / (np.float32(1) + math.exp(-x[iu]))
+                    y[iu] = silu(x[iu], reps)
                 t = claim(nxt)
 
     numba.set_num_threads(usable_threads())
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     ys = {"static": np.empty_like(x), "tiled": np.empty_like(x)}
-    runs = {"static": lambda: static(x, ys["static"]), "tiled": lambda: tiled(x, ys["tiled"])}
+    runs = {
+        "static": lambda: static(x, ys["static"], slow),
+        "tiled": lambda: tiled(x, ys["tiled"], slow),
+    }
     for fn in runs.values():
         fn()
     assert np.array_equal(ys["static"], ys["tiled"])
@@ -273,7 +292,9 @@ def micro(cores: list[int], rounds: int, calls: int, n: int = 1 << 20) -> None:
                     child.wait()
     for who in runs:
         q, b = (float(np.median(times[who, c])) * 1e3 for c in ("quiet", "busy"))
-        print(f"micro {who:6s} silu n={n}: quiet {q:.3f} busy {b:.3f} ms ({b / q:.2f}x)")
+        print(
+            f"micro {who:6s} silu n={n} slow={slow}: quiet {q:.3f} busy {b:.3f} ms ({b / q:.2f}x)"
+        )
 
 
 def main() -> None:
@@ -284,6 +305,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=0, help="calls per block (default per model)")
     ap.add_argument("--steps", type=int, default=0, help="profile each step; print the top K")
     ap.add_argument("--micro", action="store_true", help="static prange vs claimed tiles only")
+    ap.add_argument("--slow", type=int, default=1, help="--micro: thread 1's work per element")
     args = ap.parse_args()
     cores = [int(c) for c in args.cores.split(",")]
     os.sched_setaffinity(0, cores)  # before any thread pool starts: its threads inherit it
@@ -292,7 +314,7 @@ def main() -> None:
     print(f"cores {cores}, spinner on core {cores[-1]}, {args.rounds} rounds; "
           f"NUMBA_NUM_THREADS={os.environ.get('NUMBA_NUM_THREADS', '(unset)')}")  # fmt: skip
     if args.micro:
-        return micro(cores, args.rounds, args.calls or 100)
+        return micro(cores, args.rounds, args.calls or 100, args.slow)
     for name in args.models.split(","):
         if name in ("encoder", "kernels"):
             path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"pyforge_{name}_v1.onnx")

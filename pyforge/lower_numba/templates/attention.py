@@ -2,8 +2,9 @@
 sum per query row, the accumulator rescaled when the max grows).
 
 cpu: one prange iteration per (batch, head, block of QB query rows); per block of BK keys, the
-block's keys and values are packed once and both products are BLAS calls (np.dot: a (QB, BK)
-score block, then (QB, BK) x (BK, Dv) into the accumulator), the softmax in between per row.
+block's keys and values are read in place where their rows are contiguous, else packed, and
+both products are BLAS calls (np.dot: a (QB, BK) score block, then (QB, BK) x (BK, Dv) into the
+accumulator), the softmax in between per row.
 cuda, flash-attention style: one block per (query tile, head, batch); the K and V tiles go
 through shared memory; each query row's TPR threads take every TPR-th key of a tile, each with
 its own running max, sum and accumulator in registers, merged once at the end.
@@ -38,8 +39,8 @@ def kernel(n, {params}):
         q0 = qb * {QB}
         rows = min({QB}, {SQ} - q0)
         qs = np.zeros(({QB}, {D}), np.float32)
-        kb = np.zeros(({BK}, {D}), np.float32)
-        vb = np.zeros(({BK}, {DV}), np.float32)
+        kb = np.empty(({BK}, {D}), np.float32)
+        vb = np.empty(({BK}, {DV}), np.float32)
         m = np.full({QB}, -np.inf, np.float32)
         l = np.zeros({QB}, np.float32)
         acc = np.zeros(({QB}, {DV}), np.float32)
@@ -50,33 +51,40 @@ def kernel(n, {params}):
                 qs[r, d] = {q}[qr + d * {QD}] * sc
         for k0 in range(0, {SK}, {BK}):
             nk = min({BK}, {SK} - k0)
-            for j in range(nk):
-                kr = {k_at}
-                for d in range({D}):
-                    kb[j, d] = {k}[kr + d * {KD}]
-                vr = {v_at}
-                for d in range({DV}):
-                    vb[j, d] = {v}[vr + d * {VD}]
-            for j in range(nk, {BK}):
-                for d in range({DV}):
-                    vb[j, d] = 0
-            s = np.dot(qs, kb.T)
+            j = 0
+            kr, vr = {k_at}, {v_at}
+            if {KD} == 1 and {KS} == {D}:  # rows of keys already contiguous: read in place
+                kblk = {k}[kr : kr + nk * {D}].reshape((nk, {D}))
+            else:
+                for j in range(nk):
+                    kr = {k_at}
+                    for d in range({D}):
+                        kb[j, d] = {k}[kr + d * {KD}]
+                kblk = kb[:nk]
+            j = 0
+            if {VD} == 1 and {VS} == {DV}:
+                vblk = {v}[vr : vr + nk * {DV}].reshape((nk, {DV}))
+            else:
+                for j in range(nk):
+                    vr = {v_at}
+                    for d in range({DV}):
+                        vb[j, d] = {v}[vr + d * {VD}]
+                vblk = vb[:nk]
+            s = np.dot(qs, kblk.T)
             for r in range(rows):
                 i = q0 + r
                 sr = s[r]
 {mask}
-                for j in range(nk, {BK}):
-                    sr[j] = -np.inf
                 mx = m[r]
                 for j in range(nk):
                     mx = max(mx, sr[j])
                 if mx == -np.inf:
-                    for j in range({BK}):
+                    for j in range(nk):
                         sr[j] = 0
                     continue
                 alpha = math.exp(m[r] - mx)
                 tot = f32(0)
-                for j in range({BK}):
+                for j in range(nk):
                     p = math.exp(sr[j] - mx)
                     sr[j] = p
                     tot += p
@@ -84,7 +92,7 @@ def kernel(n, {params}):
                 for d in range({DV}):
                     acc[r, d] *= alpha
                 m[r] = mx
-            acc += np.dot(s, vb)
+            acc += np.dot(s, vblk)
         for r in range(rows):
             i = q0 + r
             orow = {o_at}
@@ -212,6 +220,7 @@ def _fields(node: Node, names: list[str], num, cpu: bool) -> dict:
     f["v_at"] = _at([num(x, "s") for x in st["v"][:3]], ("b", "hk", "(k0 + j)"))
     f["o_at"] = _at([num(x, "s") for x in st["o"][:3]], ("b", "h", "i"))
     f["VD"], f["OD"] = num(st["v"][3], "s"), num(st["o"][3], "s")
+    f["KS"], f["VS"] = num(st["k"][2], "s"), num(st["v"][2], "s")
     f["mask"] = _mask(node, names, num, cpu)
     return f
 

@@ -6,6 +6,10 @@ Each step feeds that cache as ``past`` padded to a bucket (rows past the valid o
 off by ``attention_mask``, as the decoder layout allows), so one plan serves every step of a
 bucket; the new rows are copied out of ``present`` into the cache. A prompt is left-padded to
 its prefill bucket with masked tokens, so a few plans serve every prompt length.
+
+Not in place: each step ``predict`` copies ``past`` into its plan's arena, the decoder's Concat
+writes ``present`` and the new rows are copied back (on cuda all device to device, each plan
+replayed as its captured CUDA graph); state slots aliasing present to past are not built yet.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 from .. import errors
 from .sampling import Sampling
 
-DECODE_BUCKET = 64  # past rows fed per decode plan: a multiple of this (BENCHMARKS.md)
+DECODE_BUCKET = 64  # past rows fed per decode plan: a multiple of this (generate_peers --buckets)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)  # prompt lengths padded up to these
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)")
 

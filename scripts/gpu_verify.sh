@@ -30,6 +30,12 @@ cpu)
 corpus)  # bash scripts/gpu_verify.sh corpus [models] [seconds]
   step "${3:-560}" python3 benchmarks/corpus.py --target cuda --isolate --timeout 80 --runs 3 ${2:+--models "$2"} --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -40
   ;;
+s7)  # the seventh session's GPU figures: fused attention, Gemma 3 generation, the cpu under load
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 170 python3 benchmarks/attention.py --target cuda --rounds 5 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -14
+  step 230 python3 benchmarks/generate_gpu.py --quick --budget 200 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -12
+  step 150 taskset -c 2,3 python3 benchmarks/under_load.py --cores 2,3 --models resnet50,mlp --rounds 4 2>&1 | grep -v -i warn | tee "$OUT/under_load.txt" | tail -12
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             engines, config = {}, {}
             for backend in args.backends.split(","):
                 config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
-                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5)  # fmt: skip
+                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq)  # fmt: skip
                 start(
                     path,
                     config,

@@ -44,6 +44,7 @@ class ServeConfig:
     cpus_per_replica: float = 1.0
     gpus_per_replica: float = 0.0
     threads: int | None = None  # ORT intra-op threads (pyforge: NUMBA_NUM_THREADS)
+    warm_length: int = 16  # free dims after the batch (sequence length) in the warm-up plans
 
     def check(self) -> None:
         """An ``OptionError`` naming the first bad field."""
@@ -100,7 +101,7 @@ class ModelServer:
         self.config = ServeConfig(**config)
         c = self.config
         self.engine = Engine(model, c.backend, c.max_batch_size, c.target, c.threads)
-        self.engine.warm_up(example_inputs(self.engine))
+        self.engine.warm_up(example_inputs(self.engine, free=c.warm_length))
         self._batched.set_max_batch_size(max(self.engine.sizes))
         self._batched.set_batch_wait_timeout_s(c.batch_wait_ms / 1000)
         self.metrics = _Metrics()

@@ -80,6 +80,18 @@ def test_json_npy_npz_answers_equal_direct_predict(server, direct):
         np.testing.assert_allclose(got[name], ref, rtol=RTOL, atol=ATOL)
 
 
+def test_handle_predict_and_batch_predict(server, direct):
+    from ray import serve
+
+    mlp, handle = direct["mlp"], serve.get_app_handle("main")
+    xs = [example_inputs(mlp, seed=s, rows=r)["x"] for s, r in ((21, 1), (22, 3))]
+    got = handle.predict.remote({"x": xs[0]}).result(timeout_s=60)
+    np.testing.assert_allclose(got["y"], mlp.predict({"x": xs[0]})["y"], rtol=RTOL, atol=ATOL)
+    got = handle.batch_predict.remote([{"x": x} for x in xs]).result(timeout_s=60)
+    for x, out in zip(xs, got):
+        np.testing.assert_allclose(out["y"], mlp.predict({"x": x})["y"], rtol=RTOL, atol=ATOL)
+
+
 def test_concurrent_requests_are_batched_and_right(server, direct):
     mlp, url = direct["mlp"], server["url"]
     inputs = [example_inputs(mlp, seed=100 + i, rows=1 + i % 2)["x"] for i in range(48)]
@@ -136,6 +148,19 @@ def test_bad_requests_get_4xx_with_the_error_text(server, body, kind, status, wo
     got, text = post(server["url"] + "/predict", body, kind)
     assert got == status, text
     assert words in json.loads(text)["error"]
+
+
+def test_nan_in_and_out_of_json(server, direct):
+    x = np.full((1, 256), 0.5, np.float32)
+    x[0, 0] = np.nan
+    status, body = post(
+        server["url"] + "/predict", json.dumps({"inputs": {"x": x.tolist()}}).encode()
+    )
+    assert status == 200, body
+    got = np.array(json.loads(body)["outputs"]["y"], np.float32)
+    want = direct["mlp"].predict({"x": x})["y"]
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)  # NaN where the direct one has NaN
 
 
 def test_healthz_and_unknown_route(server):

@@ -165,14 +165,13 @@ def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
     spec = WORKLOADS[name]
     model, feeds = encoder(**spec) if "layers" in spec else attention(**spec)
     runs, info = {}, {}
-    want = None
-    if target == "cpu":
-        import onnxruntime as ort
+    import onnxruntime as ort
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 2
-        sess = ort.InferenceSession(model.SerializeToString(), opts, ["CPUExecutionProvider"])
-        want = sess.run(None, feeds)[0]
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(model.SerializeToString(), opts, ["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]  # the parity reference on both targets
+    if target == "cpu":
         runs["ORT"] = lambda: [sess.run(None, feeds) for _ in range(calls)]
     for on in (True, False):
         with attention_pass(on):

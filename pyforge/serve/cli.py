@@ -40,10 +40,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         path = args.model
     else:
         raise CliError(f"{args.model}: no such ONNX file, and not a built-in model {list(BUILTIN)}")
-    try:
-        from .deployment import ServeConfig, start, stop
-    except ImportError as e:
-        raise CliError(f"pyforge serve needs Ray Serve: pip install 'ray[serve]' ({e})") from None
+    from .engine import ServeConfig
+
     config = ServeConfig(
         backend=args.backend,
         target=args.target,
@@ -55,6 +53,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         gpus_per_replica=args.gpus_per_replica,
     )
     config.check()
+    try:
+        from .deployment import start, stop
+    except ImportError as e:
+        raise CliError(f"pyforge serve needs Ray Serve: pip install 'ray[serve]' ({e})") from None
     done = threading.Event()
     try:
         start(path, config, host=args.host, port=args.port)

@@ -17,7 +17,7 @@ import io
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 from ray import serve
@@ -25,41 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from .. import errors
-from .engine import BACKENDS, Engine, batch_sizes, example_inputs
+from .engine import Engine, ServeConfig, example_inputs
 
 NPY, NPZ = "application/x-npy", "application/x-npz"
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """How one model is served; checked by ``start`` before Ray starts."""
-
-    backend: str = "pyforge"
-    target: str | None = None
-    replicas: int = 1
-    max_batch_size: int = 32
-    batch_wait_ms: float = 10.0
-    max_queued: int = 256  # per caller (the HTTP proxy): beyond it, 503
-    max_body_bytes: int = 64 << 20
-    cpus_per_replica: float = 1.0
-    gpus_per_replica: float = 0.0
-    threads: int | None = None  # ORT intra-op threads (pyforge: NUMBA_NUM_THREADS)
-    warm_length: int = 16  # free dims after the batch (sequence length) in the warm-up plans
-
-    def check(self) -> None:
-        """An ``OptionError`` naming the first bad field."""
-        if self.backend not in BACKENDS:
-            raise errors.OptionError(
-                "backend", f"backend must be one of {BACKENDS}: got {self.backend!r}"
-            )
-        batch_sizes(self.max_batch_size)
-        for name in ("replicas", "max_queued", "max_body_bytes"):
-            if getattr(self, name) < 1:
-                raise errors.OptionError(name, f"{name} must be >= 1: got {getattr(self, name)}")
-        if self.batch_wait_ms < 0:
-            raise errors.OptionError(
-                "batch_wait_ms", f"batch_wait_ms must be >= 0: got {self.batch_wait_ms}"
-            )
 
 
 class _Metrics:

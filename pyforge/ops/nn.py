@@ -119,6 +119,10 @@ def _avgpool_eval(node: Node, xs):
     axes = tuple(range(-nd, 0))
     s = _patches(node, x, 0.0).sum(axis=axes)
     ones = np.ones((1, 1, *x.shape[2:]), x.dtype)
+    if node.attrs["count_include_pad"] and not node.attrs.get("ceil_mode"):
+        # every tap counts, also where ORT's one overhanging window (an input shorter than the
+        # kernel) reaches past the pads: ORT divides by the kernel size there (fuzzer seed 33533)
+        return [(s / np.prod(node.attrs["kernel_shape"])).astype(x.dtype)]
     if node.attrs["count_include_pad"]:
         # explicit pads count, the ceil-mode overhang past them does not
         p = node.attrs["pads"]

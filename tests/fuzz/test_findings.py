@@ -222,3 +222,22 @@ def test_conv_transpose_same_kernel_below_stride(shape, wshape, attrs):
     model = make_model([node], [("x", np.float32, shape)], [("y", np.float32, None)], [w], 18)
     x = rng.uniform(-2, 2, shape).astype(np.float32)
     check_against_ort(model, {"x": x})
+
+
+# seed 33533 (the 10,000-graph run at daa71f8): AveragePool(count_include_pad=1) over an input
+# shorter than its kernel; ORT keeps one window (C's rounding) and divides it by the kernel size
+@pytest.mark.parametrize(
+    "shape, attrs",
+    [
+        ((3, 4, 1), dict(count_include_pad=1, kernel_shape=[2], strides=[2])),
+        ((1, 2, 1, 3), dict(count_include_pad=1, kernel_shape=[2, 2], strides=[2, 2])),
+        ((1, 2, 3, 3), dict(count_include_pad=1, kernel_shape=[2, 2], pads=[1, 0, 0, 1])),
+        ((1, 2, 5, 4), dict(count_include_pad=1, kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1)),
+        ((3, 4, 1), dict(count_include_pad=0, kernel_shape=[2], strides=[2])),
+    ],
+)
+def test_average_pool_include_pad_input_below_kernel(shape, attrs):
+    model = _pool_model("AveragePool", shape, **attrs)
+    x = np.random.default_rng(33533).uniform(-2, 2, shape).astype(np.float32)
+    check_against_ort(model, {"x": x})
+    check_against_ort(model, {"x": x}, fusion=False)

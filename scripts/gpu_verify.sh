@@ -36,6 +36,11 @@ s7)  # the seventh session's GPU figures: fused attention, Gemma 3 generation, t
   step 230 python3 benchmarks/generate_gpu.py --quick --budget 200 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -12
   step 150 taskset -c 2,3 python3 benchmarks/under_load.py --cores 2,3 --models resnet50,mlp --rounds 4 2>&1 | grep -v -i warn | tee "$OUT/under_load.txt" | tail -12
   ;;
+final)  # the last check of a session: fused attention parity on cuda, the gpu tests, more fuzz seeds
+  step 80 python3 benchmarks/attention.py --target cuda --rounds 2 --calls 10 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -11
+  step 140 python3 -m pytest -q -m gpu -p no:cacheprovider tests/exec/test_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED" | tail -8
+  step "${3:-140}" env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds "$2" --jobs 15 --out "$OUT/fuzz_more.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz_more.txt" | tail -6
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

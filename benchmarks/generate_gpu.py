@@ -100,7 +100,7 @@ def prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
     ]
 
 
-def time_hf(model, ids: list[int], new: int, device: str, static: bool = False):
+def measure_hf(model, ids: list[int], new: int, device: str, static: bool = False):
     """(prefill ms, decode ms/token, tokens) of transformers' generate(), greedy, no early eos:
     prefill = a generate of one token; decode = the rest of a generate of ``new`` / (new - 1)."""
     import torch
@@ -129,7 +129,7 @@ def time_hf(model, ids: list[int], new: int, device: str, static: bool = False):
     return one, (full - one) / (new - 1), tokens
 
 
-def time_hf_eager_loop(model, ids: list[int], new: int, device: str):
+def measure_hf_eager_loop(model, ids: list[int], new: int, device: str):
     """The eager forward loop itself (no generate() overhead): prefill, then one token per call."""
     import torch
 
@@ -156,7 +156,7 @@ def time_hf_eager_loop(model, ids: list[int], new: int, device: str):
     return run()
 
 
-def time_pyforge(gen, ids: list[int], new: int):
+def measure_pyforge(gen, ids: list[int], new: int):
     gen.reset()
     gen.generate(ids, max_new_tokens=new)  # warm-up: compiles the plans of every bucket used
     gen.reset()
@@ -236,20 +236,22 @@ def main(argv=None) -> int:
     target = "cuda" if device == "cuda" else "cpu"
     gen = pyforge.TextGenerator.from_onnx(proto, None, target=target, max_context=ctx)
     del proto
-    table.run(f"pyforge {target} fp32", lambda n: time_pyforge(gen, prompt(n, config.vocab), new))
+    table.run(
+        f"pyforge {target} fp32", lambda n: measure_pyforge(gen, prompt(n, config.vocab), new)
+    )
     gen = None  # its plans and cache go before the next peer loads
     skip = set(args.skip.split(","))
     if "eager" not in skip:
         model = hf_model(config, weights, device)
         table.run("HF eager (forward loop)",
-                  lambda n: time_hf_eager_loop(model, prompt(n, config.vocab), new, device))  # fmt: skip
+                  lambda n: measure_hf_eager_loop(model, prompt(n, config.vocab), new, device))  # fmt: skip
         table.run("HF eager generate()",
-                  lambda n: time_hf(model, prompt(n, config.vocab), new, device))  # fmt: skip
+                  lambda n: measure_hf(model, prompt(n, config.vocab), new, device))  # fmt: skip
         del model
     if "compile" not in skip:
         model = hf_model(config, weights, device, attn="sdpa")
         table.run("HF static cache + torch.compile",
-                  lambda n: time_hf(model, prompt(n, config.vocab), new, device, static=True),
+                  lambda n: measure_hf(model, prompt(n, config.vocab), new, device, static=True),
                   need_s=60)  # fmt: skip
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     table.print(f"Gemma 3 {'tiny' if args.tiny else '270M'} (random weights), batch 1, fp32, "

@@ -27,7 +27,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from generate_gpu import Table, gguf_weights, prompt, time_hf, time_hf_eager_loop, time_pyforge
+from generate_gpu import (
+    Table,
+    gguf_weights,
+    measure_hf,
+    measure_hf_eager_loop,
+    measure_pyforge,
+    prompt,
+)
 
 GGUF = os.path.expanduser("~/.cache/pyforge-gguf/gemma-3-270m-q4_k_m.gguf")
 
@@ -64,7 +71,7 @@ def stored_config(kept, folder: str, name: str):
     return gemma_config(transformers.AutoConfig.from_pretrained(folder, gguf_file=name))
 
 
-def time_ort(sess, ids: list[int], new: int):
+def measure_ort(sess, ids: list[int], new: int):
     """ORT with the past exactly as long as the tokens fed: present becomes the next past."""
     names = [o.name for o in sess.get_outputs()]
     specs = [i for i in sess.get_inputs() if i.name.startswith("past_key_values")]
@@ -108,7 +115,7 @@ print(json.dumps(run()))
 """
 
 
-def time_llama(python: str, path: str, ids: list[int], new: int):
+def measure_llama(python: str, path: str, ids: list[int], new: int):
     import json
 
     args = [python, "-c", LLAMA, path, json.dumps(ids), str(new), str(len(os.sched_getaffinity(0)))]
@@ -203,13 +210,13 @@ def main(argv=None) -> int:
     proto = gemma3.build_decoder(config, weights, logits="last", max_context=ctx)
     if "pyforge" not in skip:
         gen = pyforge.TextGenerator.from_onnx(proto, target="cpu", max_context=ctx)
-        table.run("pyforge cpu fp32", lambda n: time_pyforge(gen, prompt(n, config.vocab), new))
+        table.run("pyforge cpu fp32", lambda n: measure_pyforge(gen, prompt(n, config.vocab), new))
         gen = None
     if "ort" not in skip:
         sess = ort.InferenceSession(proto.SerializeToString())
         table.run(
             "ONNX Runtime cpu (same decoder)",
-            lambda n: time_ort(sess, prompt(n, config.vocab), new),
+            lambda n: measure_ort(sess, prompt(n, config.vocab), new),
         )
         sess = None
     proto = None
@@ -220,15 +227,17 @@ def main(argv=None) -> int:
     if "eager" not in skip:
         table.run(
             "HF eager (forward loop)",
-            lambda n: time_hf_eager_loop(hf, prompt(n, config.vocab), new, "cpu"),
+            lambda n: measure_hf_eager_loop(hf, prompt(n, config.vocab), new, "cpu"),
         )
-        table.run("HF eager generate()", lambda n: time_hf(hf, prompt(n, config.vocab), new, "cpu"))
+        table.run(
+            "HF eager generate()", lambda n: measure_hf(hf, prompt(n, config.vocab), new, "cpu")
+        )
     if "compile" not in skip:
         table.run("HF static cache + torch.compile",
-                  lambda n: time_hf(hf, prompt(n, config.vocab), new, "cpu", static=True), need_s=120)  # fmt: skip
+                  lambda n: measure_hf(hf, prompt(n, config.vocab), new, "cpu", static=True), need_s=120)  # fmt: skip
     if "llama" not in skip and args.llama_python:
         table.run("llama.cpp (Q4_K_M file)",
-                  lambda n: time_llama(args.llama_python, args.gguf, prompt(n, config.vocab), new))  # fmt: skip
+                  lambda n: measure_llama(args.llama_python, args.gguf, prompt(n, config.vocab), new))  # fmt: skip
     elif "llama" not in skip:
         table.rows.append(
             ("llama.cpp", ["not run: llama-cpp-python did not build here"] * len(lengths))

@@ -133,6 +133,25 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def alternate(runs: dict, cores: list[int], rounds: int, calls: int) -> dict:
+    """{(who, "quiet"|"busy"): [seconds]}: quiet and busy blocks alternate (the spinner pinned to
+    the last core during busy ones), and within a block every contender runs call by call."""
+    times = {(who, cond): [] for who in runs for cond in ("quiet", "busy")}
+    for r in range(rounds):
+        for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
+            child = spinner(cores[-1]) if cond == "busy" else None
+            time.sleep(0.3 if child else 0.0)
+            try:
+                for _ in range(calls):
+                    for who, fn in runs.items():
+                        times[who, cond].append(timed(fn))
+            finally:
+                if child:
+                    child.kill()
+                    child.wait()
+    return times
+
+
 def measure(name: str, path: str, cores: list[int], rounds: int, calls: int) -> dict:
     import onnxruntime as ort
 
@@ -149,22 +168,10 @@ def measure(name: str, path: str, cores: list[int], rounds: int, calls: int) -> 
     out = out if isinstance(out, np.ndarray) else next(iter(out.values()))
     err = float(np.abs(out - ref).max())
     runs = {"pyforge": lambda: model.predict(feeds), "ort": lambda: sess.run(None, feeds)}
-    times = {(who, cond): [] for who in runs for cond in ("quiet", "busy")}
     for _ in range(3):
         for fn in runs.values():
             fn()
-    for r in range(rounds):
-        for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-            child = spinner(cores[-1]) if cond == "busy" else None
-            time.sleep(0.3 if child else 0.0)
-            try:
-                for _ in range(calls):
-                    for who, fn in runs.items():
-                        times[who, cond].append(timed(fn))
-            finally:
-                if child:
-                    child.kill()
-                    child.wait()
+    times = alternate(runs, cores, rounds, calls)
     med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     p90 = {k: float(np.percentile(v, 90)) * 1e3 for k, v in times.items()}
     row = {"model": name, "err": err, "med": med, "p90": p90}
@@ -187,20 +194,11 @@ def step_profile(name: str, path: str, cores: list[int], rounds: int, calls: int
     model = pyforge.compile(path, target="cpu")
     model.predict(random_inputs(path, seed=0))
     rt, steps = model.runtime, model.plan.steps
-    times = {cond: [[] for _ in rt.calls] for cond in ("quiet", "busy")}
-    for r in range(rounds):
-        for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-            child = spinner(cores[-1]) if cond == "busy" else None
-            time.sleep(0.3 if child else 0.0)
-            try:
-                for _ in range(calls):
-                    for i, call in enumerate(rt.calls):
-                        times[cond][i].append(timed(call))
-            finally:
-                if child:
-                    child.kill()
-                    child.wait()
-    med = {c: [float(np.median(t)) * 1e3 for t in ts] for c, ts in times.items()}
+    times = alternate(dict(enumerate(rt.calls)), cores, rounds, calls)
+    med = {
+        c: [float(np.median(times[i, c])) * 1e3 for i in range(len(rt.calls))]
+        for c in ("quiet", "busy")
+    }
 
     def kind(i: int) -> str:
         impl = rt.gemm_impls.get(i)
@@ -277,19 +275,7 @@ def micro(cores: list[int], rounds: int, calls: int, slow: int, n: int = 1 << 20
     for fn in runs.values():
         fn()
     assert np.array_equal(ys["static"], ys["tiled"])
-    times = {(who, cond): [] for who in runs for cond in ("quiet", "busy")}
-    for r in range(rounds):
-        for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-            child = spinner(cores[-1]) if cond == "busy" else None
-            time.sleep(0.3 if child else 0.0)
-            try:
-                for _ in range(calls):
-                    for who, fn in runs.items():
-                        times[who, cond].append(timed(fn))
-            finally:
-                if child:
-                    child.kill()
-                    child.wait()
+    times = alternate(runs, cores, rounds, calls)
     for who in runs:
         q, b = (float(np.median(times[who, c])) * 1e3 for c in ("quiet", "busy"))
         print(

@@ -5,7 +5,9 @@
 A disagreement with ORT (rtol 1e-4, atol 1e-5, NaN at the same places) is judged by
 ``onnx.reference.ReferenceEvaluator``: when ORT and the reference agree it is a pyforge bug
 ("mismatch"); when they disagree with each other it is a "dispute", counted and listed apart
-and not blamed on pyforge (nor is a reference that fails on NaN/Inf input). ``--jobs N`` runs N
+and not blamed on pyforge (nor is a reference that fails on NaN/Inf input); when they agree but
+the graph widened to float64 agrees with pyforge, both share a float32 rounding: a dispute too.
+``--jobs N`` runs N
 worker processes, each with NUMBA_NUM_THREADS=1 and its own PYFORGE_CACHE; the run prints the
 rate, the counts and each finding's seed and minimised ops, and ``--out X.json`` holds the same.
 """
@@ -202,7 +204,52 @@ def _judge(model, feeds, got, want, diff: str, variant: str) -> Result:
             "pyforge agrees with the reference" if not pf_vs_ref else f"pyforge vs ref: {pf_vs_ref}"
         )
         return Result(DISPUTE, "", detail, (variant,), "disagree")
+    exact = _float64_reference(model, feeds)  # both float32 answers may share one rounding
+    if exact is not None and not differ(got, exact) and differ(want, exact):
+        detail = f"pyforge vs ORT and reference: {diff}; the float64 reference agrees with pyforge"
+        return Result(DISPUTE, "", detail, (variant,), "disagree")
     return Result("mismatch", "", f"pyforge vs ORT and reference: {diff}", (variant,), "mm")
+
+
+def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same graph computed in float64: every float32 tensor type, initializer, Constant and
+    Cast target widened (an arbiter for cancellation that float32 answers may share)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    f32, f64 = onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+
+    def widen_tensor(t: onnx.TensorProto) -> None:
+        if t.data_type == f32:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+
+    def widen(g: onnx.GraphProto) -> None:
+        for v in [*g.input, *g.output, *g.value_info]:
+            if v.type.tensor_type.elem_type == f32:
+                v.type.tensor_type.elem_type = f64
+        for t in g.initializer:
+            widen_tensor(t)
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    widen_tensor(a.t)
+                elif a.type == onnx.AttributeProto.GRAPH:
+                    widen(a.g)
+                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f32:
+                    a.i = f64
+
+    widen(m.graph)
+    return m
+
+
+def _float64_reference(model: onnx.ModelProto, feeds: dict) -> dict | None:
+    """onnx.reference on the float64 graph, its float outputs rounded to float32; None when it
+    cannot run (an op without a float64 kernel, say)."""
+    wide = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    try:
+        outs = run_reference(as_float64(model), wide)
+    except Exception:  # noqa: BLE001  (no arbiter: the mismatch stands)
+        return None
+    return {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in outs.items()}
 
 
 def _non_finite(model: onnx.ModelProto, feeds: dict) -> bool:

@@ -90,3 +90,17 @@ def test_parallel_run_writes_summary(tmp_path):
     # the workers' one-thread settings do not stay in this process (Numba would refuse them)
     assert {v: os.environ.get(v) for v in before} == before
     assert code == (1 if summary["crashes"] + summary["mismatches"] else 0)
+
+
+def test_float32_cancellation_shared_by_ort_and_reference_is_a_dispute():
+    # seed 40998 (FINDINGS.md 18): LayerNormalization of a row of variance 7.2e-8 under epsilon
+    # 1e-6; ORT and the float32 reference agree with each other 0.7% off the float64 value,
+    # which pyforge gives
+    from .gen import generate
+
+    case = generate(40998)
+    res = classify(case.model, case.feeds)
+    assert res.cls == DISPUTE and "float64 reference agrees with pyforge" in res.detail, res
+    wide = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in case.feeds.items()}
+    outs = run.run_reference(run.as_float64(case.model), wide)
+    assert all(v.dtype != np.float32 for v in outs.values())  # it really ran in float64

@@ -66,8 +66,10 @@ class TensorSpec:
         return f"TensorSpec({self.name!r}, {self.shape}, {self.dtype})"
 
 
-def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions, progress=None):
+def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions, progress=None, state=None):
     kwargs: dict[str, Any] = runtime.runtime_kwargs(target)
+    if plan.state:  # the state buffer the model's plans share (None: the first makes it)
+        kwargs["state"] = state
     if target == "cpu":
         from .exec.cpu import CpuRuntime as cls
     else:
@@ -92,11 +94,11 @@ class _Bound:
     digest: str | None = None
 
 
-def _bind(plan, target, runtime, details, progress) -> _Bound:
+def _bind(plan, target, runtime, details, progress, state=None) -> _Bound:
     if progress is not None:
         progress("bind", 0, 1)  # the runtime reports ("bind", k, steps), then ("jit", k, steps)
     t0 = time.perf_counter()
-    rt = _runtime(plan, target, runtime, progress)
+    rt = _runtime(plan, target, runtime, progress, state)
     bind = time.perf_counter() - t0
     stats: dict[str, Any] = dict(plan.stats)
     stats["target"] = target
@@ -170,6 +172,8 @@ class CompiledModel:
         self._current: _Bound | None = None  # the most recently used; read without the lock
         self._deferred = ""  # why compile() built no plan; the first predict builds one
         self._padding: Any = None  # frontend.buckets.Padding when compiled with buckets=
+        self.state: dict[str, str] = dict(plan.state) if plan is not None else {}  # out -> in
+        self._state_lock = threading.Lock()  # one call at a time: the plans share the state
         if plan is not None:
             self._names = list(plan.inputs)
             first = _bind(plan, target, runtime, details, progress)
@@ -212,7 +216,10 @@ class CompiledModel:
         symbol (``'batch'``), or None when the file names it not."""
         if self._source is None:
             return [TensorSpec(*s) for s in self.plan.signature(self._names)]
-        return [TensorSpec(s.name, s.dims, s.dtype) for s in self._source.specs]
+        state = set(self.state.values())
+        return [
+            TensorSpec(s.name, s.dims, s.dtype) for s in self._source.specs if s.name not in state
+        ]
 
     @property
     def outputs(self) -> list[TensorSpec]:
@@ -250,7 +257,11 @@ class CompiledModel:
         if self._padding is not None:  # up to the length's bucket; the outputs cut back after
             x, length = _pad(self._padding, self.input_names, x)
         bound = self._plan_for(_feed_key(self._names, x))
-        outs = bound.runtime.run(normalise_feeds(bound.plan, x))
+        if self.state:
+            with self._state_lock:
+                outs = bound.runtime.run(normalise_feeds(bound.plan, x))
+        else:
+            outs = bound.runtime.run(normalise_feeds(bound.plan, x))
         if self._padding is not None:
             outs = {n: _cut(a, self._padding.outputs[n], length) for n, a in outs.items()}
         return outs[bound.plan.outputs[0]] if len(outs) == 1 else outs
@@ -363,11 +374,14 @@ class _Source:
         from .compiler import compile_to_plan
         from .frontend.shapes import bind
 
-        signature = bind(self.specs, {k: v for k, v in shapes.items() if k != _VALID})
+        state = {s.name: s.dims for s in self.specs if s.name in model.state.values()}
+        signature = bind(self.specs, {**state, **{k: v for k, v in shapes.items() if k != _VALID}})
         opts = replace(self.options, input_shapes=signature)
         plan, details = compile_to_plan(self.proto, opts, padding=model._padding)
         model._share_weights(plan)
-        bound = _bind(plan, model.target, model.runtime_options, details, None)
+        held = next(iter(model._plans.values()), None)
+        state = held.runtime.state if held is not None and plan.state else None
+        bound = _bind(plan, model.target, model.runtime_options, details, None, state)
         bound.details = None  # its graph would hold one more copy of the weights per plan
         return bound
 
@@ -435,6 +449,13 @@ def compile(
 
     proto = load_model(model)
     specs = fix_shapes(input_specs(proto), options.input_shapes)
+    for s in specs:  # a state is one buffer for every plan: its shape cannot vary
+        if s.name in (options.state or {}).values() and not all(
+            isinstance(d, int) for d in s.dims or [None]
+        ):
+            raise errors.OptionError(
+                "state", f"state input {s.name!r} has shape {s.dims}: fix it with input_shapes"
+            )
     shapes, padding = default_shapes(specs), None
     if options.buckets:
         from .frontend.buckets import analyze
@@ -462,7 +483,8 @@ def compile(
         why = f"with the free dims {free} as 1 the model does not compile ({e})"
     compiled = CompiledModel(plan, target, runtime, details=details, progress=progress)
     if plan is None:
-        compiled._names, compiled._deferred = [s.name for s in specs], why
+        compiled._names = [s.name for s in specs if s.name not in (options.state or {}).values()]
+        compiled._deferred, compiled.state = why, dict(options.state or {})
     compiled._max_plans = options.max_plans
     compiled._padding = padding
     compiled._source = _Source(proto, options, specs)

@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import ResourceError
+from .errors import OptionError, ResourceError
 from .exec.plan import ExecutionPlan
 from .frontend import import_onnx, load_model
 from .frontend.checks import check_declared_sizes
@@ -66,9 +66,10 @@ def compile_to_plan(
         pm = PassManager(names, verify=o.verify, on_pass=on_pass, bound=bound)
         graph = pm.run(graph)
     with _stage("lowering", seconds, progress):
+        mark_state(graph, o.state or {})
         prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile)
     with _stage("plan", seconds, progress):
-        plan = build_plan(prog, float16=o.precision == "fp16")
+        plan = build_plan(prog, float16=o.precision == "fp16", state=o.state)
         lowering = {"specialize": o.specialize, "conv": o.conv, "conv_tile": o.conv_tile}
         plan.description = describe(graph, plan, lowering)  # what load regenerates it from
     if limit is not None and plan.arena_bytes + plan.weights.nbytes > limit:  # before bind
@@ -97,6 +98,47 @@ def compile_to_plan(
         "egraph": search.get("report"),  # opt/egraph's regions, choices, costs and search log
     }
     return plan, details
+
+
+def mark_state(graph, state: dict[str, str]) -> None:
+    """Check each state output may alias its input and mark its ScatterND to write in place:
+    the output made by a ScatterND into the input, nothing reading the input after it."""
+    from .ops.registry import kind_of
+
+    ins, outs = {v.name: v for v in graph.inputs}, {v.name for v in graph.outputs}
+    ops = lambda n: "+".join(m.op for m in n.group.members) if n.op == "Fused" else n.op
+    for out, inp in state.items():
+        if out not in outs or inp not in ins:
+            why = f"outputs {sorted(outs)}, inputs {sorted(ins)}"
+            raise OptionError(
+                "state", f"state {{{out!r}: {inp!r}}}: not an output and input ({why})"
+            )
+        k = next(k for k, n in enumerate(graph.nodes) if out in [o.name for o in n.outputs])
+        node = graph.nodes[k]
+        a = node.group.anchor if node.op == "Fused" else node
+        if (
+            a is None
+            or a.op != "ScatterND"
+            or a.inputs[0] is not ins[inp]
+            or a.outputs[0].name != out
+        ):
+            raise OptionError(
+                "state",
+                f"state output {out!r} is made by node {node.name!r} ({ops(node)}), not by a "
+                f"ScatterND into {inp!r}: it cannot be written in place over that input",
+            )
+        aliases = {id(ins[inp])}
+        for n in graph.nodes:  # a view of the input reads it too
+            if kind_of(n.op) == "view" and id(n.inputs[0]) in aliases:
+                aliases.add(id(n.outputs[0]))
+        late = [n for n in graph.nodes[k + 1 :] if any(id(v) in aliases for v in n.inputs)]
+        if late:
+            raise OptionError(
+                "state",
+                f"node {late[0].name!r} ({ops(late[0])}) reads {inp!r} after node {node.name!r} "
+                f"(ScatterND) writes {out!r} over it in place",
+            )
+        a.attrs["in_place"] = 1
 
 
 def _egraph_pass(out: dict):

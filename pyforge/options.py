@@ -32,6 +32,7 @@ _BOOL = (True, False)
 _COUNT = (int, "a positive int")
 _SHAPES = (dict, "{input name: shape}, e.g. {'x': (4, 256)}")
 _BUCKETS = (dict, "{dim name: sizes}, one dim, e.g. {'seq': [16, 32, 64, 128]}")
+_STATE = (dict, "{output name: input name}, e.g. {'present.0.key': 'past_key_values.0.key'}")
 _TILE = re.compile(r"\d+x\d+x\d+/\d+x\d+(/s\d+)?")
 _VALUES: dict[str, Any] = {
     "layout": ("nchw", "nhwc"),
@@ -51,6 +52,7 @@ _VALUES: dict[str, Any] = {
     "library_epilogues": _BOOL,
     "max_concurrency": _COUNT,
     "optimizer": ("greedy", "egraph"),
+    "state": _STATE,
 }
 # the one target an option applies to, or the one target a value of it needs
 _ONLY_ON = {"fused_steps": "cpu", "own_gemm": "cpu", "graph": "cuda", "library_epilogues": "cuda"}
@@ -64,7 +66,7 @@ def _allowed(name: str) -> str:
         return "True or False"
     if spec is _COUNT:
         return spec[1]
-    if isinstance(spec[0], re.Pattern) or spec in (_SHAPES, _BUCKETS):
+    if isinstance(spec[0], re.Pattern) or spec in (_SHAPES, _BUCKETS, _STATE):
         return spec[1]
     return ", ".join(repr(v) for v in spec)
 
@@ -81,6 +83,10 @@ def _check_value(name: str, value: Any) -> None:
         sizes = next(iter(value.values())) if isinstance(value, Mapping) and len(value) == 1 else []
         ok = isinstance(sizes, (list, tuple)) and bool(sizes) and all(_is_size(d) for d in sizes)
         ok = ok and all(isinstance(k, str) for k in value)
+    elif spec is _STATE:  # distinct names, no output aliasing itself or two outputs one input
+        pairs = list(value.items()) if isinstance(value, Mapping) else [(0, 0)]
+        names = [n for pair in pairs for n in pair]
+        ok = all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names)
     elif isinstance(spec[0], re.Pattern):
         ok = isinstance(value, str) and spec[0].fullmatch(value) is not None
     else:
@@ -146,6 +152,9 @@ class CompileOptions:
                 allocated (default: 75% of physical memory)
     optimizer   "greedy" (default) | "egraph": cpu only; GEMMs that share an input merged or kept
                 apart per region by branch and bound over measured kernel costs (opt/egraph/)
+    state       {output: input}: each pair is one buffer kept across calls (a KV cache), outside
+                the arena, never fed; the op making the output (a ScatterND into the input)
+                writes it in place; ``predict`` returns it as a view
 
     >>> pyforge.compile("mlp.onnx", options=pyforge.CompileOptions(fusion=False))
     >>> pyforge.compile("bert.onnx", input_shapes={"input_ids": (1, 128)})
@@ -163,9 +172,12 @@ class CompileOptions:
     buckets: Mapping[str, tuple[int, ...]] | None = None
     memory_limit: int | None = None
     optimizer: str | None = None
+    state: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        if self.state is not None:
+            object.__setattr__(self, "state", dict(self.state))
         if self.input_shapes is not None:  # a private copy: the caller's dict may change later
             object.__setattr__(self, "input_shapes", _shapes(self.input_shapes))
         if self.buckets is not None:

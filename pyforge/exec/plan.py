@@ -27,7 +27,9 @@ FORMAT = 4
 
 @dataclass
 class Slot:
-    region: str  # "arena" | "weights" | "scratch" (offset 0 of a buffer made at need)
+    # "arena" | "weights" | "scratch" (offset 0 of a buffer made at need) | "state" (kept
+    # across calls, never fed: the runtime's state buffer, shared by a model's plans)
+    region: str
     offset: int  # bytes
     shape: tuple[int, ...]
     dtype: str
@@ -55,6 +57,8 @@ class ExecutionPlan:
     description: dict[str, Any] | None = field(default=None, repr=False)
     # False when loaded without regenerating its kernels: then none of them may run
     trusted: bool = True
+    state: dict[str, str] = field(default_factory=dict)  # output -> the input it aliases
+    state_bytes: int = 0
 
     def signature(self, names: list[str]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         return [(n, tuple(self.slots[n].shape), np.dtype(self.slots[n].dtype)) for n in names]

@@ -140,10 +140,13 @@ def _rotate(g: _Graph, x: str, cos: str, sin: str, half: int) -> str:
     return g("Add", g("Mul", x, cos), g("Mul", g("Concat", hi, lo, axis=-1), sin))
 
 
-def _masks(g: _Graph, c: Gemma3Config) -> tuple[str, str]:
+def _masks(g: _Graph, c: Gemma3Config, rows: int | None) -> tuple[str, str]:
     """(global, sliding) boolean masks per the decoder contract, (batch, 1, groups * seq, total):
-    row r is query r % seq, as the query heads sharing a KV head are folded into the rows."""
+    row r is query r % seq, as the query heads sharing a KV head are folded into the rows.
+    ``rows``: a static cache, where cache row k holds position k."""
     kpos = g("Sub", g("CumSum", "attention_mask", g.ints(1)), g.ints(1))
+    if rows:
+        kpos = g.const("cache_rows", np.arange(rows, dtype=np.int64)[None])
     k3 = g("Unsqueeze", kpos, g.ints(1))  # (b, 1, total)
     qpos = g("Tile", "position_ids", g.ints(1, c.heads // c.kv_heads))
     q3 = g("Unsqueeze", qpos, g.ints(2))  # (b, groups * seq, 1)
@@ -153,7 +156,7 @@ def _masks(g: _Graph, c: Gemma3Config) -> tuple[str, str]:
     return tuple(g("Unsqueeze", m, g.ints(1)) for m in (causal, g("And", causal, near)))
 
 
-def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str) -> str:
+def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str, at) -> str:
     p, hd = f"blk.{i}.", c.head_dim
 
     def heads(name: str, n: int, norm: bool) -> str:  # (b, seq, n*hd) -> (b, n, seq, hd)
@@ -164,10 +167,10 @@ def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str
     q = _rotate(g, g("Mul", heads("attn_q", c.heads, True), "scale"), cos, sin, hd // 2)
     k = _rotate(g, heads("attn_k", c.kv_heads, True), cos, sin, hd // 2)
     v = heads("attn_v", c.kv_heads, False)
-    g.nodes.append(g.h.make_node("Concat", [f"past_key_values.{i}.key", k], [f"present.{i}.key"],
-                                 name=f"present_{i}_key", axis=2))  # fmt: skip
-    g.nodes.append(g.h.make_node("Concat", [f"past_key_values.{i}.value", v],
-                                 [f"present.{i}.value"], name=f"present_{i}_value", axis=2))  # fmt: skip
+    for t, new in (("key", k), ("value", v)):  # at: a static cache's rows, written in place
+        op, ins, kw = ("ScatterND", [at, new], {}) if at else ("Concat", [new], {"axis": 2})
+        g.nodes.append(g.h.make_node(op, [f"past_key_values.{i}.{t}", *ins], [f"present.{i}.{t}"],
+                                     name=f"present_{i}_{t}", **kw))  # fmt: skip
     # the query heads of one KV head share its keys: fold them into the row axis, no Expand
     q = g("Reshape", q, g.ints(0, c.kv_heads, -1, hd))
     s = g("MatMul", q, g("Transpose", f"present.{i}.key", perm=[0, 1, 3, 2]))
@@ -178,15 +181,21 @@ def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str
 
 
 def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precision: str = "fp32",
-                  logits: str = "all", max_context: int | None = None):  # fmt: skip
+                  logits: str = "all", max_context: int | None = None, cache: str = "concat"):  # fmt: skip
     """The ONNX decoder (opset 17); rotary tables hold ``max_context`` positions (default: the
-    model's context, at most 8192). fp16/bf16 store the matrices so, each Cast to float32."""
+    model's context, at most 8192). fp16/bf16 store the matrices so, each Cast to float32.
+
+    ``cache="concat"``: optimum's layout (present = past + the new rows). ``"static"``: batch 1,
+    past and present ``max_context`` rows, the new rows scattered at ``position_ids`` (compile
+    with ``state=state_map(config)`` to keep them in place), attention_mask over the rows."""
     from onnx import helper
 
     if precision not in ("fp32", "fp16", "bf16"):
         raise OptionError("precision", f"precision {precision!r}: expected fp32, fp16 or bf16")
     if logits not in ("all", "last"):
         raise OptionError("logits", f"logits {logits!r}: expected 'all' or 'last'")
+    if cache not in ("concat", "static"):
+        raise OptionError("cache", f"cache {cache!r}: expected 'concat' or 'static'")
     c, rows = config, max_context or min(config.context, 8192)
     g = _Graph()
     for name, shape in weight_shapes(c).items():
@@ -210,14 +219,22 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
             g("Unsqueeze", g("Gather", g.const(f"rope_{kind}_{t}", a), "position_ids"), g.ints(1))
             for t, a in (("cos", cos), ("sin", sin))
         ]
-    mask_global, mask_sliding = _masks(g, c)
+    static = rows if cache == "static" else None
+    mask_global, mask_sliding = _masks(g, c, static)
+    at = None
+    if static:  # ScatterND indices (0, head, position) per head and new token
+        pos = g("Unsqueeze", "position_ids", g.ints(1, 3))  # (1, 1, seq, 1)
+        heads = g.const("kv_head_ids", np.arange(c.kv_heads, dtype=np.int64).reshape(1, -1, 1, 1))
+        zero = g("Mul", pos, g.ints(0))
+        at = g("Concat", g("Add", zero, g("Mul", heads, g.ints(0))), g("Add", heads, zero),
+               g("Add", pos, g("Mul", heads, g.ints(0))), axis=-1)  # fmt: skip
     h = g("Gather", "token_embd.weight", "input_ids")
     h = g("Mul", h, g.const("embed_scale", np.float32(np.sqrt(c.hidden))))
     for i in range(c.layers):
         p, sl = f"blk.{i}.", c.sliding(i)
         cos, sin = tables["local" if sl else "global"]
         a = _attention(g, c, i, _rms(g, h, p + "attn_norm.weight", "eps"),
-                       mask_sliding if sl else mask_global, cos, sin)  # fmt: skip
+                       mask_sliding if sl else mask_global, cos, sin, at)  # fmt: skip
         h = g("Add", h, _rms(g, a, p + "post_attention_norm.weight", "eps"))
         x = _rms(g, h, p + "ffn_norm.weight", "eps")
         f = g("Mul", _gelu_tanh(g, g("MatMul", x, p + "ffn_gate.weight")),
@@ -235,7 +252,13 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
     lead = g("Slice", g("Shape", h), g.ints(0), g.ints(2), g.ints(0))
     g.nodes.append(helper.make_node("Reshape", [flat, g("Concat", lead, g.ints(c.vocab), axis=0)],
                                     ["logits"], name="logits"))  # fmt: skip
-    return _model(g, c, logits)
+    return _model(g, c, logits, static)
+
+
+def state_map(config: Gemma3Config) -> dict[str, str]:
+    """A static-cache decoder's ``state`` option: each present aliases its past."""
+    return {f"present.{i}.{t}": f"past_key_values.{i}.{t}"
+            for i in range(config.layers) for t in ("key", "value")}  # fmt: skip
 
 
 def _store_cast(g: _Graph, name: str, w: np.ndarray, precision: str) -> None:
@@ -251,21 +274,22 @@ def _store_cast(g: _Graph, name: str, w: np.ndarray, precision: str) -> None:
     g.nodes.append(g.h.make_node("Cast", [name + ".half"], [name], name=name + ".cast", to=1))
 
 
-def _model(g: _Graph, c: Gemma3Config, logits: str):
+def _model(g: _Graph, c: Gemma3Config, logits: str, static: int | None):
     from onnx import TensorProto, helper
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
-    kv = ["batch", c.kv_heads, "past", c.head_dim]
-    inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch", "seq"]),
-              helper.make_tensor_value_info("attention_mask", i64, ["batch", "total"]),
-              helper.make_tensor_value_info("position_ids", i64, ["batch", "seq"])]  # fmt: skip
+    b, past, total = (1, static, static) if static else ("batch", "past", "total")
+    inputs = [helper.make_tensor_value_info("input_ids", i64, [b, "seq"]),
+              helper.make_tensor_value_info("attention_mask", i64, [b, total]),
+              helper.make_tensor_value_info("position_ids", i64, [b, "seq"])]  # fmt: skip
     outputs = [helper.make_tensor_value_info(
-        "logits", f32, ["batch", "seq" if logits == "all" else 1, c.vocab])]  # fmt: skip
+        "logits", f32, [b, "seq" if logits == "all" else 1, c.vocab])]  # fmt: skip
     for i in range(c.layers):
         for t in ("key", "value"):
-            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{t}", f32, kv))
+            inputs.append(helper.make_tensor_value_info(
+                f"past_key_values.{i}.{t}", f32, [b, c.kv_heads, past, c.head_dim]))  # fmt: skip
             outputs.append(helper.make_tensor_value_info(
-                f"present.{i}.{t}", f32, ["batch", c.kv_heads, "total", c.head_dim]))  # fmt: skip
+                f"present.{i}.{t}", f32, [b, c.kv_heads, total, c.head_dim]))  # fmt: skip
     graph = helper.make_graph(g.nodes, "gemma3_decoder", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8

@@ -7,9 +7,12 @@ off by ``attention_mask``, as the decoder layout allows), so one plan serves eve
 bucket; the new rows are copied out of ``present`` into the cache. A prompt is left-padded to
 its prefill bucket with masked tokens, so a few plans serve every prompt length.
 
-Not in place: each step ``predict`` copies ``past`` into its plan's arena, the decoder's Concat
-writes ``present`` and the new rows are copied back (on cuda all device to device, each plan
-replayed as its captured CUDA graph); state slots aliasing present to past are not built yet.
+That is the concat layout (any optimum-style decoder): each step ``predict`` copies ``past``
+into its plan's arena, the decoder's Concat writes ``present`` and the new rows are copied back.
+A decoder compiled with ``state`` (present aliasing past: ``gemma3.build_decoder(...,
+cache="static")``) keeps the cache in place instead: ``max_context`` rows in the model's state
+buffer, the new rows scattered at their positions by the decoder itself, nothing fed or copied
+per step, one plan (one captured CUDA graph) for every decode step.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .sampling import Sampling
 # token warm, 7 / 4 / 3 plans (first run 209 / 58 / 32 s); a 100-token prompt exact 632 ms,
 # padded to 128 736 ms, but each new exact length compiles a plan (~10 s)
 DECODE_BUCKET = 64  # past rows fed per decode plan: a multiple of this
+CPU_CACHE = "static"  # from_config's cache layout on the cpu (cuda: always static); see BENCHMARKS
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)  # prompt lengths padded up to these
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)")
 
@@ -62,10 +66,17 @@ class _Layout:
     head_dim: int
     dtype: np.dtype
     inputs: tuple[str, ...]
+    static: int = 0  # a static cache's rows (its past is the model's state), else 0
 
 
 def _layout(model) -> _Layout:
+    from .. import TensorSpec
+
     specs = {s.name: s for s in model.inputs}
+    state = set(getattr(model, "state", {}).values())
+    for name in state:  # a static cache: kept in the model, never fed
+        slot = model.plan.slots[name]
+        specs[name] = TensorSpec(name, slot.shape, np.dtype(slot.dtype))
     found = {(int(m[1]), m[2]) for m in map(_PAST.fullmatch, specs) if m}
     layers = len({i for i, _ in found})
     missing = [n for n in ("input_ids", "attention_mask") if n not in specs]
@@ -81,7 +92,10 @@ def _layout(model) -> _Layout:
             "kv_heads and head_dim fixed is needed"
         )
     dtype = np.dtype(specs["past_key_values.0.key"].dtype)
-    return _Layout(layers, shape[1], shape[3], dtype, tuple(specs))
+    static = shape[2] if state else 0
+    if state and (state != {n for n in specs if _PAST.fullmatch(n)} or "position_ids" not in specs):
+        raise errors.ModelLoadError("a static cache needs every past as state and position_ids")
+    return _Layout(layers, shape[1], shape[3], dtype, tuple(specs), static)
 
 
 class _Cache:
@@ -211,8 +225,9 @@ class TextGenerator:
         self.eos_id = eos_id if eos_id is not None else getattr(tokenizer, "eos_id", None)
         self.decode_bucket = decode_bucket
         self.prefill_buckets = tuple(sorted(prefill_buckets)) if prefill_buckets else None
-        self.layout = _layout(model)
-        self._cache = _Cache(self.layout, max_context, model.target == "cuda")
+        self.layout = lay = _layout(model)
+        self.max_context = min(max_context, lay.static) if lay.static else max_context
+        self._cache = _Held() if lay.static else _Cache(lay, max_context, model.target == "cuda")
         self.last: Generation | None = None
 
     @classmethod
@@ -234,17 +249,38 @@ class TextGenerator:
         cls, path, target: str | None = None, max_context: int = 2048, precision: str = "fp32", **kw
     ) -> TextGenerator:
         """A Gemma 3 GGUF file: its weights as a decoder that returns the last position's
-        logits only, and its own tokenizer."""
-        from . import gemma3, gguf, tokenizer
+        logits only, and its own tokenizer; ``from_config``'s keywords."""
+        from . import gguf, tokenizer
 
         config, weights, _ = gguf.read_gguf(os.fspath(path))
-        proto = gemma3.build_decoder(config, weights, precision=precision, logits="last")
-        del weights
         tok = tokenizer.from_gguf(os.fspath(path))
-        return cls.from_onnx(proto, tok, target=target, max_context=max_context, **kw)
+        return cls.from_config(config, weights, tok, target, max_context, precision, **kw)
+
+    @classmethod
+    def from_config(
+        cls, config, weights, tokenizer=None, target: str | None = None, max_context: int = 2048,
+        precision: str = "fp32", cache: str | None = None, **kw
+    ) -> TextGenerator:  # fmt: skip
+        """A Gemma 3 decoder (``gemma3.Gemma3Config`` and its GGUF-named weights), the cache
+        ``"static"`` (kept in place: the default on cuda, and on the cpu ``CPU_CACHE``) or
+        ``"concat"``; the rest as ``from_onnx``.
+
+        >>> c = gemma3.Gemma3Config.tiny()
+        >>> gen = TextGenerator.from_config(c, gemma3.random_weights(c), target="cpu")"""
+        import pyforge
+
+        from . import gemma3
+
+        target = target or pyforge.default_target()
+        cache = cache or ("static" if target == "cuda" else CPU_CACHE)
+        if cache == "static":
+            kw["state"] = gemma3.state_map(config)
+        proto = gemma3.build_decoder(config, weights, precision, "last", max_context, cache)
+        return cls.from_onnx(proto, tokenizer, target=target, max_context=max_context, **kw)
 
     def reset(self) -> None:
-        """Forget the conversation: the next call prefills its whole prompt."""
+        """Forget the conversation: the next call prefills its whole prompt (a static cache's
+        rows stay as they were, masked off until overwritten)."""
         self._cache.tokens, self._cache.stride, self._cache._views = [], 0, None
 
     @property
@@ -344,6 +380,8 @@ class TextGenerator:
         """Feed ``ids`` after the held rows, left-padded to ``width`` with masked tokens; their
         rows join the cache; returns the last token's logits."""
         cache, held, pad = self._cache, len(self._cache.tokens), width - len(ids)
+        if self.layout.static:
+            return self._static_step(ids, width)
         stride = cache.stride
         mask = np.zeros((1, stride + width), np.int64)
         mask[0, :held] = 1
@@ -362,3 +400,25 @@ class TextGenerator:
         logits = outs["logits"]
         logits = logits.copy_to_host() if hasattr(logits, "copy_to_host") else np.asarray(logits)
         return logits[0, -1]
+
+    def _static_step(self, ids: list[int], width: int) -> np.ndarray:
+        """Feed ``ids`` at the rows after the held ones, left-padded to ``width`` with tokens
+        placed at the rows after them (masked off; later tokens overwrite them)."""
+        held, n = len(self._cache.tokens), len(ids)
+        mask = np.zeros((1, self.layout.static), np.int64)
+        mask[0, : held + n] = 1
+        pos = np.concatenate([np.arange(held + n, held + width), np.arange(held, held + n)])
+        feeds = {"input_ids": np.array([[ids[0]] * (width - n) + ids], np.int64),
+                 "attention_mask": mask, "position_ids": pos[None]}  # fmt: skip
+        logits = self.model.predict(feeds)["logits"]
+        self._cache.tokens.extend(ids)
+        logits = logits.copy_to_host() if hasattr(logits, "copy_to_host") else np.asarray(logits)
+        return logits[0, -1]
+
+
+class _Held:
+    """A static cache's host side: the ids whose rows the model's state holds."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.stride, self._views = 0, None

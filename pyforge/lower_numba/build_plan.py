@@ -102,9 +102,12 @@ def refuse_float16(prog: Program, steps: list[Step]) -> None:
                 )
 
 
-def build_plan(prog: Program, float16: bool = False) -> ExecutionPlan:
+def build_plan(
+    prog: Program, float16: bool = False, state: dict[str, str] | None = None
+) -> ExecutionPlan:
     """Assign weights and arena offsets (liveness-planned) and type the steps; ``float16``
-    allows float16 tensors in kernels (precision="fp16" on cuda), else they are refused."""
+    allows float16 tensors in kernels (precision="fp16" on cuda), else they are refused.
+    ``state`` {output: input}: each pair one slot of the "state" region, outside the arena."""
     steps, kernels = typed_steps(prog)
     if not float16:
         refuse_float16(prog, steps)
@@ -117,7 +120,12 @@ def build_plan(prog: Program, float16: bool = False) -> ExecutionPlan:
     for name in scratch:
         info = prog.tensors[name]
         slots[name] = Slot("scratch", 0, tuple(info.shape), info.dtype.str)
-    buffers, inplace = _live_ranges(prog, steps, scratch)
+    state_bytes = 0
+    for out, inp in (state or {}).items():  # both names one buffer, kept across calls
+        info = prog.tensors[inp]
+        slots[inp] = slots[out] = Slot("state", state_bytes, tuple(info.shape), info.dtype.str)
+        state_bytes += -(-slots[inp].nbytes // ALIGN) * ALIGN
+    buffers, inplace = _live_ranges(prog, steps, scratch | set(slots))
     mem = plan_memory(buffers, ALIGN, inplace)
     # cheap (one pass over conflict lists), so every plan ever built is checked, tests included
     check_no_overlap(buffers, mem.offsets, ALIGN, inplace)
@@ -133,9 +141,11 @@ def build_plan(prog: Program, float16: bool = False) -> ExecutionPlan:
         slots,
         steps,
         kernels,
-        list(prog.inputs),
+        [n for n in prog.inputs if n not in (state or {}).values()],  # state is never fed
         list(prog.outputs),
         np.frombuffer(bytes(weights), np.uint8).copy(),
+        state=dict(state or {}),
+        state_bytes=state_bytes,
     )
     plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
     plan.stats.update(

@@ -18,13 +18,13 @@ from .own import shared_scratch, usable
 
 
 def flat_views(
-    plan: ExecutionPlan, arena: np.ndarray, weights: np.ndarray
+    plan: ExecutionPlan, arena: np.ndarray, weights: np.ndarray, state: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    """A flat typed view into the arena (or weights) for every slot."""
-    views = {}
+    """A flat typed view into the arena (or weights, or state) for every slot."""
+    views, regions = {}, {"arena": arena, "weights": weights, "state": state}
     for name, s in plan.slots.items():
         if s.region != "scratch":  # made at bind, where a step needs it (_scratch_views)
-            buf = arena if s.region == "arena" else weights
+            buf = regions[s.region]
             views[name] = buf[s.offset : s.offset + s.nbytes].view(s.dtype)
     return views
 
@@ -46,8 +46,10 @@ class CpuRuntime:
         own_gemm: bool = True,
         max_concurrency: int = 2,
         progress: Callable[[str, int, int], None] | None = None,
+        state: np.ndarray | None = None,
     ):
-        """``fused_steps=False`` runs every GEMM step as prologue, numpy matmul, epilogue;
+        """``state``: the buffer of the plan's state slots (a model's plans share one; default a
+        new zeroed one); a plan with state runs one call at a time. ``fused_steps=False`` runs every GEMM step as prologue, numpy matmul, epilogue;
         ``own_gemm=False`` keeps float32 GEMMs off pyforge's own sgemm (CBLAS drivers instead).
         ``progress(stage, done, total)`` is called as each step is bound ("bind") and as each
         runs once so that Numba compiles its kernels ("jit")."""
@@ -63,6 +65,8 @@ class CpuRuntime:
         self.kernel_paths: dict[str, str] = {}
         self._options = {"own_gemm": own_gemm, "fused_steps": fused_steps}
         self._packed: dict = {}  # own sgemm's packed weights, one copy for every context
+        self.state = np.zeros(max(plan.state_bytes, 1), np.uint8) if state is None else state
+        max_concurrency = 1 if plan.state else max_concurrency
         first = _CpuContext(self, progress)
         self.arena, self.views, self.calls = first.arena, first.views, first.calls
         self.launches = first.launches
@@ -92,7 +96,7 @@ class _CpuContext:
         self.rt, self.plan = rt, plan
         # zeroed: the bind-time warm-up runs every step on it before any input exists
         self.arena = np.zeros(max(plan.arena_bytes, 1), np.uint8)
-        self.views = flat_views(plan, self.arena, plan.weights)
+        self.views = flat_views(plan, self.arena, plan.weights, rt.state)
         self.calls: list[Callable[[], None]] = []
         self.launches = 0
         self.gemm_impls: dict[int, str] = {}  # step index -> the GEMM implementation bound
@@ -152,6 +156,7 @@ class _CpuContext:
         """Run every step once on the zeroed arena, so Numba compiles (or loads from its disk
         cache) each kernel and driver here, not in the first predict; the seconds it took."""
         t0, total = time.perf_counter(), len(self.calls)
+        kept = self.rt.state.copy()  # a state in use (another plan's cache): left as it was
         if progress is not None:
             progress("jit", 0, total)
         for i, call in enumerate(self.calls):
@@ -161,6 +166,7 @@ class _CpuContext:
                 pass
             if progress is not None:
                 progress("jit", i + 1, total)
+        self.rt.state[:] = kept
         return time.perf_counter() - t0
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -176,10 +182,8 @@ class _CpuContext:
                 call()
             except IndexError as e:  # a kernel's index check (KernelBuilder.check_range)
                 raise IndexRangeError(self.plan.steps[i].label or "kernel", str(e)) from None
-        return {
-            name: self.views[name].reshape(self.plan.slots[name].shape).copy()
-            for name in self.plan.outputs
-        }
+        outs = {n: self.views[n].reshape(self.plan.slots[n].shape) for n in self.plan.outputs}
+        return {n: v if n in self.plan.state else v.copy() for n, v in outs.items()}  # state: views
 
 
 def usable_threads() -> int:

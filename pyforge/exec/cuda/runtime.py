@@ -75,12 +75,20 @@ class CudaRuntime:
         library_epilogues: bool = True,
         max_concurrency: int = 4,
         progress: Callable[[str, int, int], None] | None = None,
+        state=None,
     ):
+        """``state``: the device buffer of the plan's state slots (a model's plans share one;
+        default a new zeroed one), captured at its fixed address; such a plan runs one call
+        at a time."""
         if precision not in ("fp32", "tf32", "fp16"):
             raise ValueError(f"precision={precision!r}: use 'fp32', 'tf32' or 'fp16'")
         self.plan = plan
         weights = upload_weights(plan.weights)
+        if state is None:
+            state = cuda.to_device(np.zeros(max(plan.state_bytes, 1), np.uint8))
+        self.state, max_concurrency = state, 1 if plan.state else max_concurrency
         opts = {"graph": graph, "precision": precision, "library_epilogues": library_epilogues}
+        opts["state"] = state
         self.first = CudaContext(plan, weights, progress=progress, **opts)
         self.pool = ContextPool(
             lambda: CudaContext(plan, weights, **opts), max_concurrency, self.first
@@ -126,6 +134,7 @@ class CudaContext:
         precision: str = "fp32",
         library_epilogues: bool = True,
         progress: Callable[[str, int, int], None] | None = None,
+        state=None,
     ):
         self.plan = plan
         self.library_epilogues = library_epilogues
@@ -151,6 +160,7 @@ class CudaContext:
         scratch_buf = cuda.device_array(max(scratch), np.uint8) if scratch else None
         self.scratch_bytes = max(scratch, default=0)
         regions = {"arena": self.arena, "weights": self.weights, "scratch": scratch_buf}
+        regions["state"] = state
         for name, s in plan.slots.items():
             buf = regions[s.region]
             self.views[name] = buf[s.offset : s.offset + max(s.nbytes, 0)].view(np.dtype(s.dtype))
@@ -171,9 +181,15 @@ class CudaContext:
             self.calls.append(self._bind(i, step))
             if progress is not None:
                 progress("bind", i + 1, len(plan.steps))
-        self.host_out = {
-            n: _host_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype)) for n in plan.outputs
+        self.host_out = {  # a state output is returned as its device view, never copied
+            n: _host_array(plan.slots[n].shape, np.dtype(plan.slots[n].dtype))
+            for n in plan.outputs
+            if n not in plan.state
         }
+        # the runs below write the state, which another plan of the model may be using
+        kept = cuda.device_array(state.size, np.uint8) if plan.state else None
+        if kept is not None:
+            kept.copy_to_device(state, stream=self.stream)
         self.graph = None
         self._staging = None
         self._event = None  # orders our stream after a device input's producer stream
@@ -200,6 +216,8 @@ class CudaContext:
         # those runs read a zeroed arena, where a computed index may well be out of range:
         # what they flagged is no error of any predict
         self.errors.copy_to_device(np.zeros(self.errors.size, np.int32), stream=self.stream)
+        if kept is not None:
+            state.copy_to_device(kept, stream=self.stream)
         self.stream.synchronize()
 
     # -- binding -------------------------------------------------------------------------------
@@ -285,12 +303,12 @@ class CudaContext:
             self.stream.synchronize()
             self._raise_device_errors()
             return dict(self._device_outputs())
-        for name in self.plan.outputs:
-            if self.host_out[name].size:
-                self.views[name].copy_to_host(self.host_out[name].reshape(-1), stream=self.stream)
+        for name, host in self.host_out.items():
+            if host.size:
+                self.views[name].copy_to_host(host.reshape(-1), stream=self.stream)
         self.stream.synchronize()
         self._raise_device_errors()
-        return {name: self.host_out[name].copy() for name in self.plan.outputs}
+        return {**{n: h.copy() for n, h in self.host_out.items()}, **self._state_views()}
 
     def _run_graph(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The steady state: pinned staging, raw async copies, one graph launch, one sync."""
@@ -306,8 +324,8 @@ class CudaContext:
                 for n in self.plan.inputs
             }
             self._outs = [
-                (n, self.host_out[n], pointer(self.views[n]), self.plan.slots[n].nbytes)
-                for n in self.plan.outputs
+                (n, host, pointer(self.views[n]), self.plan.slots[n].nbytes)
+                for n, host in self.host_out.items()
             ]
             self._handle = _stream_handle(self.stream)
         h = self._handle
@@ -338,7 +356,10 @@ class CudaContext:
         self._raise_device_errors()
         if device_in:
             return dict(self._device_outputs())
-        return {name: host.copy() for name, host, _, _ in self._outs}
+        return {**{name: host.copy() for name, host, _, _ in self._outs}, **self._state_views()}
+
+    def _state_views(self) -> dict:
+        return {n: v for n, v in self._device_outputs() if n in self.plan.state}
 
     def _device_outputs(self):
         """The outputs as device arrays in the arena: no copy, valid until this context runs

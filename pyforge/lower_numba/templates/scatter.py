@@ -84,8 +84,9 @@ def scatter_elements_rows(node: Node, kb: KernelBuilder) -> int:
 
 @lowering("ScatterND", form="rows")
 def scatter_nd_rows(node: Node, kb: KernelBuilder) -> int:
-    """One iteration per element of a slice: copy that element of every slice of data, then
-    apply every update tuple's element to the slice its index tuple names."""
+    """One iteration per element of a slice: copy that element of every slice of data (unless
+    the output is data's own buffer, a state written in place), then apply every update
+    tuple's element to the slice its index tuple names."""
     data, idx, upd = node.inputs
     k = idx.shape[-1]
     size, rows = int(np.prod(data.shape[k:])), int(np.prod(data.shape[:k]))
@@ -94,8 +95,9 @@ def scatter_nd_rows(node: Node, kb: KernelBuilder) -> int:
     ix, up = kb.tensor(idx.name), kb.tensor(upd.name)
     S, K = kb.int_param(size, "S"), kb.int_param(k, "K")
     r, u, p = kb.tmp("r"), kb.tmp("u"), kb.tmp("p")
-    kb.emit(f"for {r} in range({kb.int_param(rows, 'R')}):")
-    kb.emit(f"{out}[{r} * {S} + i] = {src}[{r} * {S} + i]", 1)
+    if not node.attrs.get("in_place"):
+        kb.emit(f"for {r} in range({kb.int_param(rows, 'R')}):")
+        kb.emit(f"{out}[{r} * {S} + i] = {src}[{r} * {S} + i]", 1)
     kb.emit(f"for {u} in range({kb.int_param(tuples, 'T')}):")
     kb.emit(f"{p} = 0", 1)
     for c in range(k):

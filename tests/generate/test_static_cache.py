@@ -1,0 +1,228 @@
+"""The KV cache kept in place: a static-cache Gemma 3 decoder compiled with ``state`` (present
+aliasing past), against the concat layout; one decode plan; nothing fed or copied per step; the
+cuda path in the simulator; bad state specs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyforge
+from pyforge.errors import OptionError
+
+ort = pytest.importorskip("onnxruntime")
+gemma3 = pytest.importorskip("pyforge.generate.gemma3")
+
+CONTEXT = 48
+
+
+def prompt(seed: int, n: int) -> list[int]:
+    return [2] + [int(t) for t in np.random.default_rng(seed).integers(3, 320, n - 1)]
+
+
+def recorded(gen, fn):
+    """fn()'s result and the logits each step produced."""
+    seen, step = [], gen._step
+    gen._step = lambda ids, width: seen.append(step(ids, width)) or seen[-1]
+    try:
+        return fn(), seen
+    finally:
+        del gen._step
+
+
+@pytest.fixture(scope="module")
+def config():
+    return gemma3.Gemma3Config.tiny()
+
+
+@pytest.fixture(scope="module")
+def weights(config):
+    return gemma3.random_weights(config, seed=5)
+
+
+@pytest.fixture(scope="module")
+def static(config, weights):
+    return pyforge.TextGenerator.from_config(
+        config, weights, target="cpu", max_context=CONTEXT, cache="static"
+    )
+
+
+@pytest.fixture(scope="module")
+def concat(config, weights):
+    return pyforge.TextGenerator.from_config(
+        config, weights, target="cpu", max_context=CONTEXT, cache="concat", decode_bucket=16
+    )
+
+
+def test_static_and_concat_give_the_same_tokens_and_logits(static, concat):
+    """A 9-token prompt (the tiny window is 4), 20 greedy tokens, then a continuation that
+    reuses the cached prefix and prefills a padded suffix: the same tokens, logits to 1e-5."""
+    ids = prompt(1, 9)
+    for gen in (static, concat):
+        gen.reset()
+    (a, la), (b, lb) = (
+        recorded(g, lambda g=g: g.generate(ids, max_new_tokens=20)) for g in (static, concat)
+    )
+    assert a.tokens == b.tokens and len(a.tokens) == 20
+    np.testing.assert_allclose(np.array(la), np.array(lb), rtol=1e-5, atol=1e-5)
+    more = ids + a.tokens + prompt(2, 6)[1:]
+    (a, la), (b, lb) = (
+        recorded(g, lambda g=g: g.generate(more, max_new_tokens=8)) for g in (static, concat)
+    )
+    assert a.reused_tokens == b.reused_tokens == len(ids) + 19  # the last token was never fed
+    assert a.tokens == b.tokens
+    np.testing.assert_allclose(np.array(la), np.array(lb), rtol=1e-5, atol=1e-5)
+
+
+def test_the_static_cache_matches_ort_running_the_same_file(config, weights, static):
+    """ORT runs the static decoder one prompt at a time: its present rows and logits."""
+    proto = gemma3.build_decoder(
+        config, weights, logits="last", max_context=CONTEXT, cache="static"
+    )
+    sess = ort.InferenceSession(proto.SerializeToString())
+    ids = prompt(3, 7)
+    feeds = {"input_ids": np.array([ids]), "position_ids": np.arange(7)[None],
+             "attention_mask": (np.arange(CONTEXT) < 7)[None].astype(np.int64)}  # fmt: skip
+    rng = np.random.default_rng(0)  # rows past the valid ones hold anything: masked off
+    for name in gemma3.state_map(config).values():
+        feeds[name] = rng.standard_normal(
+            (1, config.kv_heads, CONTEXT, config.head_dim), np.float32
+        )
+    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    static.reset()
+    got = static.model.predict(
+        {k: feeds[k] for k in ("input_ids", "position_ids", "attention_mask")}
+    )
+    np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-4, atol=1e-5)
+    for name in gemma3.state_map(config):
+        np.testing.assert_allclose(got[name][:, :, :7], want[name][:, :, :7], rtol=1e-4, atol=1e-5)
+
+
+def test_one_decode_plan_and_no_copy_of_the_state(static, monkeypatch):
+    """Every decode step runs the one seq-1 plan; no past is fed, and the present outputs are
+    views of the one state buffer the model's plans share."""
+    static.reset()
+    static.generate(prompt(4, 5), max_new_tokens=2)  # the plans this test uses, compiled
+    runs, fed, step = [], [], type(static.model.runtime).run
+    monkeypatch.setattr(
+        type(static.model.runtime),
+        "run",
+        lambda rt, feeds: (runs.append(rt), fed.append(set(feeds)), step(rt, feeds))[2],
+    )
+    copies = []
+    monkeypatch.setattr(np, "copyto", lambda *a, **k: copies.append(a))
+    static.reset()
+    r = static.generate(prompt(4, 5), max_new_tokens=30)
+    assert len(r.tokens) == 30 and len(runs) == 30
+    decode = {id(rt) for rt in runs[1:]}
+    assert len(decode) == 1 and id(runs[0]) not in decode  # one plan for 29 decode steps
+    assert all(f == {"input_ids", "attention_mask", "position_ids"} for f in fed)
+    plans = static.model.stats["plans"]
+    assert sum(p["input_ids"] == (1, 1) for p in plans) == 1 and len(plans) <= 3, plans
+    out = static.model.predict({"input_ids": np.array([[7]]), "position_ids": np.array([[34]]),
+                                "attention_mask": np.ones((1, CONTEXT), np.int64)})  # fmt: skip
+    state = static.model.runtime.state
+    assert all(np.shares_memory(out[n], state) for n in static.model.state)
+    assert not copies
+    assert static.model.plan.arena_bytes < static.model.plan.state_bytes  # the cache is not in it
+
+
+SIMULATED = """
+import numpy as np, pyforge
+from pyforge.generate import gemma3
+c = gemma3.Gemma3Config.tiny()
+c = gemma3.Gemma3Config(**{**c.__dict__, "vocab": 64, "layers": 2, "hidden": 32, "ffn": 32, "head_dim": 8})
+w = gemma3.random_weights(c, seed=1)
+ids = [2, 9, 17, 33, 40, 5]
+out = {}
+for target in ("cpu", "cuda"):
+    gen = pyforge.TextGenerator.from_config(c, w, target=target, max_context=12,
+                                            cache="static", prefill_buckets=None)
+    r = gen.generate(ids, max_new_tokens=3)
+    logits = gen.model.predict({"input_ids": np.array([[3]]), "position_ids": np.array([[9]]),
+                                "attention_mask": (np.arange(12) < 10)[None].astype(np.int64)})
+    out[target] = r.tokens, logits["logits"], len(gen.model.stats["plans"])
+    present = logits["present.1.value"]
+    assert getattr(present, "shape", None) == (1, 1, 12, 8), present
+print(out["cpu"][0], out["cuda"][0], out["cuda"][2])
+assert out["cpu"][0] == out["cuda"][0]
+np.testing.assert_allclose(out["cuda"][1], out["cpu"][1], rtol=1e-4, atol=1e-5)
+print("static cache ok")
+"""
+
+
+@pytest.mark.sim
+def test_static_cache_on_cuda_in_the_simulator():
+    """The cuda runtime's state buffer (step mode: the simulator captures no graph) gives the
+    cpu's tokens and logits."""
+    pytest.importorskip("numba.cuda")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    run = subprocess.run([sys.executable, "-c", SIMULATED], env=env, capture_output=True,
+                         text=True, timeout=600, check=False)  # fmt: skip
+    assert run.returncode == 0 and "static cache ok" in run.stdout, run.stderr[-3000:]
+
+
+def _scatter_model(reader_after: bool):
+    """present = ScatterND(past, at, new); with ``reader_after``, y = past + 1 is made after it."""
+    from onnx import TensorProto, helper
+
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    nodes = [helper.make_node("ScatterND", ["past", "at", "new"], ["present"], name="write")]
+    outs = [helper.make_tensor_value_info("present", f32, [4, 3])]
+    if reader_after:
+        one = helper.make_tensor("one", f32, [], [1.0])
+        nodes.append(helper.make_node("Add", ["past", "one"], ["y"], name="late_add"))
+        outs.append(helper.make_tensor_value_info("y", f32, [4, 3]))
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("past", f32, [4, 3]),
+         helper.make_tensor_value_info("at", i64, [1, 1]),
+         helper.make_tensor_value_info("new", f32, [1, 3])],
+        outs, [one] if reader_after else [],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_small_state_model_keeps_its_buffer_across_calls():
+    model = pyforge.compile(_scatter_model(False), target="cpu", state={"present": "past"})
+    assert [s.name for s in model.inputs] == ["at", "new"]
+    rng = np.random.default_rng(0)
+    want = np.zeros((4, 3), np.float32)
+    for row in (2, 0, 2, 3):
+        new = rng.standard_normal((1, 3)).astype(np.float32)
+        want[row] = new
+        got = model.predict({"at": np.array([[row]]), "new": new})
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "state, match",
+    [
+        ({"present": "present"}, "state="),
+        (["present"], "state="),
+        ({"present": 3}, "state="),
+        ({"present": "nope"}, "'nope'.*not an output and input"),
+        ({"past": "present"}, "not an output and input"),
+    ],
+)
+def test_bad_state_specs_raise_option_error(state, match):
+    with pytest.raises(OptionError, match=match):
+        pyforge.compile(_scatter_model(False), target="cpu", state=state)
+
+
+def test_an_illegal_alias_names_the_node(config, weights):
+    with pytest.raises(OptionError, match="'late_add' \\(Add\\) reads 'past' after node 'write'"):
+        pyforge.compile(_scatter_model(True), target="cpu", state={"present": "past"})
+    concat = gemma3.build_decoder(config, weights, logits="last", max_context=CONTEXT)
+    with pytest.raises(OptionError, match="state input 'past_key_values.0.key' has shape"):
+        pyforge.compile(concat, target="cpu", state=gemma3.state_map(config))
+    fixed = {f"past_key_values.{i}.{t}": (1, 1, 8, 16) for i in range(4) for t in ("key", "value")}
+    fixed["attention_mask"] = (1, 9)
+    with pytest.raises(
+        OptionError, match="made by node 'present_0_key' \\(Concat\\), not by a ScatterND"
+    ):
+        pyforge.compile(concat, target="cpu", state=gemma3.state_map(config), input_shapes=fixed)

@@ -22,7 +22,7 @@ from ..errors import InputError, ModelLoadError
 from .steps import GemmStep, Step
 
 # plan.json's "format": bumped whenever a saved plan's meaning changes; another is refused
-FORMAT = 4
+FORMAT = 5  # 5: state slots and the state map
 
 
 @dataclass
@@ -101,6 +101,8 @@ class ExecutionPlan:
             "steps": [s.to_json() for s in self.steps],
             "inputs": self.inputs,
             "outputs": self.outputs,
+            "state": self.state,
+            "state_bytes": self.state_bytes,
             "stats": self.stats,
             "kernels": sorted(self.kernels),
             "files": files,

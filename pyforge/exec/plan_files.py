@@ -30,6 +30,8 @@ _FIELDS = {  # plan.json's fields and their JSON types
     "steps": list,
     "inputs": list,
     "outputs": list,
+    "state": dict,
+    "state_bytes": int,
     "stats": dict,
     "kernels": list,
     "files": dict,
@@ -81,6 +83,8 @@ def read_plan(cls: type, directory: str, regenerate: Any) -> Any:
         meta["outputs"],
         weights,
         meta["stats"],
+        state=meta["state"],
+        state_bytes=meta["state_bytes"],
     )
     check_plan(plan)
     plan.description = meta["description"]

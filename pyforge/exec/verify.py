@@ -42,6 +42,19 @@ def check_plan(plan: ExecutionPlan) -> None:
     scratch = [s.nbytes for s in plan.slots.values() if s.region == "scratch"]
     sizes = {"arena": plan.arena_bytes, "weights": int(plan.weights.size)}
     sizes["scratch"] = max(scratch, default=0)
+    if not is_count(plan.state_bytes):
+        raise _fail("the plan", "state_bytes", f"{plan.state_bytes!r} is not a size")
+    sizes["state"] = plan.state_bytes
+    for out, inp in plan.state.items():  # an output and the input it aliases: one state slot
+        a, b = plan.slots.get(out), plan.slots.get(inp) if isinstance(inp, str) else None
+        if (
+            out not in plan.outputs
+            or a is None
+            or a.region != "state"
+            or a != b
+            or inp in plan.inputs
+        ):
+            raise _fail("the plan", "state", f"{out!r}: {inp!r} is not an output and a state slot")
     for name, slot in plan.slots.items():
         check_slot(name, slot, sizes)
     for field in ("inputs", "outputs"):
@@ -62,7 +75,9 @@ def check_plan(plan: ExecutionPlan) -> None:
 def check_slot(name: str, slot, sizes: dict[str, int]) -> None:
     where = f"slot {name!r}"
     if slot.region not in sizes:
-        raise _fail(where, "region", f"{slot.region!r} is not 'arena', 'weights' or 'scratch'")
+        raise _fail(
+            where, "region", f"{slot.region!r} is not 'arena', 'weights', 'scratch' or 'state'"
+        )
     if not is_count(slot.offset):
         raise _fail(where, "offset", f"{slot.offset!r} is not a byte offset")
     if not all(is_count(d) for d in slot.shape):

@@ -226,3 +226,35 @@ def test_an_illegal_alias_names_the_node(config, weights):
         OptionError, match="made by node 'present_0_key' \\(Concat\\), not by a ScatterND"
     ):
         pyforge.compile(concat, target="cpu", state=gemma3.state_map(config), input_shapes=fixed)
+
+
+def test_a_saved_state_plan_loads_strictly(tmp_path):
+    import json
+
+    from pyforge.errors import ModelLoadError
+    from pyforge.exec.plan import meta_checksum
+
+    model = pyforge.compile(_scatter_model(False), target="cpu", state={"present": "past"})
+    model.save(tmp_path / "p")
+    loaded = pyforge.load(tmp_path / "p", target="cpu")
+    assert loaded.state == {"present": "past"} and [s.name for s in loaded.inputs] == ["at", "new"]
+    new = np.random.default_rng(1).standard_normal((2, 1, 3)).astype(np.float32)
+    loaded.predict({"at": np.array([[1]]), "new": new[0]})
+    got = loaded.predict({"at": np.array([[3]]), "new": new[1]})
+    np.testing.assert_array_equal(got[[1, 3]], new[:, 0])
+    path = tmp_path / "p" / "plan.json"
+    cases = [("state", {"present": "at"}, "field 'state'"), ("state", {"x": 1}, "field 'state'"),
+             ("state_bytes", 8, "reach past the state"), ("state_bytes", -1, "state_bytes")]  # fmt: skip
+    for field, value, match in cases:
+        meta = json.loads(path.read_text())
+        meta[field] = value
+        meta["checksum"] = meta_checksum(meta)
+        (tmp_path / "bad").mkdir(exist_ok=True)
+        for f in (tmp_path / "p").rglob("*"):
+            if f.is_file():
+                dst = tmp_path / "bad" / f.relative_to(tmp_path / "p")
+                dst.parent.mkdir(exist_ok=True)
+                dst.write_bytes(f.read_bytes())
+        (tmp_path / "bad" / "plan.json").write_text(json.dumps(meta))
+        with pytest.raises(ModelLoadError, match=match):
+            pyforge.load(tmp_path / "bad", target="cpu")

@@ -77,6 +77,186 @@ def _variants(base: str, heads: int, hidden: int) -> list[Entry]:
     ]  # fmt: skip
 
 
+def _torch_module(make, name: str, shape: tuple[int, ...], out: str, axes: dict):
+    """A builder for a one-input torch module made by make(): small random weights where init
+    left zeros, BatchNorm statistics from random batches (batch 4 of shape[1:])."""
+
+    def build(path: Path) -> None:
+        cm.need("torch", "torchvision")
+        import torch
+
+        torch.manual_seed(0)
+        net = make()
+        gen = torch.Generator().manual_seed(1)
+        cm._randomise(net, [torch.randn(4, *shape[1:], generator=gen) for _ in range(3)])
+        torch.onnx.export(
+            net, (torch.randn(*shape, generator=gen),), str(path), input_names=[name],
+            output_names=[out], dynamic_axes=axes, opset_version=cm.OPSET, dynamo=False,
+        )  # fmt: skip
+
+    return build
+
+
+def _ssdlite(path: Path) -> None:
+    """ssdlite320: like the detection builder of corpus_models, with two images per random
+    batch (its extra blocks reach 1x1, where BatchNorm needs more than one value)."""
+    cm.need("torch", "torchvision")
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    net = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None
+    )
+    gen = torch.Generator().manual_seed(1)
+    cm._randomise(net, [[torch.rand(3, 320, 320, generator=gen) for _ in range(2)]] * 3)
+    outs = ["boxes", "labels", "scores"]
+    axes = {"image": {1: "height", 2: "width"}, **{o: {0: "detections"} for o in outs}}
+    torch.onnx.export(
+        net, ([torch.rand(3, 320, 320, generator=gen)],), str(path), input_names=["image"],
+        output_names=outs, dynamic_axes=axes, opset_version=cm.OPSET, dynamo=False,
+    )  # fmt: skip
+
+
+def _hf_any(config_fn, model_cls: str, example, outs: list[str], axes: dict):
+    """A transformers model from a config with random init; example(torch) gives the named
+    inputs of the export (passed by keyword)."""
+
+    def build(path: Path) -> None:
+        cm.need("torch", "transformers")
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        net = getattr(transformers, model_cls)._from_config(
+            config_fn(transformers), attn_implementation="eager"
+        )
+        cm._init_small(net.eval())
+        ex = example(torch)
+        cm._hf_export(net, list(ex), ex, outs, axes, path)
+
+    return build
+
+
+def _ids(*names, length=8):
+    return lambda t: (
+        {n: t.randint(2, 100, (2, length)) for n in names}
+        | ({"attention_mask": t.ones(2, length, dtype=t.int64)} if "input_ids" in names else {})
+    )
+
+
+def _axes(*specs):
+    """_axes(("input_ids", "batch", "seq"), ...): dynamic dims by position, None for fixed."""
+    return {n: {i: d for i, d in enumerate(ds) if d} for n, *ds in specs}
+
+
+def _new_entries() -> list[Entry]:
+    """Models added for op patterns the first 34 lack (Conv3d, NMS/TopK, segmentation heads,
+    relative attention, shared layers, encoder-decoder, conv feature extractors, two towers)."""
+    tv = [Entry(a, "torchvision", cm.torchvision_builder(a), CLS)
+          for a in ("mnasnet1_0", "mobilenet_v3_large")]  # fmt: skip
+    lraspp = cm.torchvision_builder("lraspp_mobilenet_v3_large", kind="segmentation")
+    video = _torch_module(
+        lambda: __import__("torchvision.models.video").models.video.r3d_18(weights=None),
+        "video", (1, 3, 8, 64, 64), "logits", _axes(("video", "batch"), ("logits", "batch")),
+    )  # fmt: skip
+    tv += [
+        Entry("lraspp_mobilenet_v3_large", "torchvision", lraspp,
+              ({"height": 224, "width": 224}, {"height": 192, "width": 256})),
+        Entry("ssdlite320_mobilenet_v3_large", "torchvision", _ssdlite,
+              ({"height": 320, "width": 320}, {"height": 240, "width": 320})),
+        Entry("r3d_18", "torchvision (8 frames of 64x64)", video, CLS),
+    ]  # fmt: skip
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, vocab_size=1000)  # fmt: skip
+    bert3 = ("input_ids", "attention_mask", "token_type_ids")
+    text_axes = _axes(*((n, "batch", "seq") for n in (*bert3, "last_hidden_state")))
+    hidden = ["last_hidden_state"]
+
+    def text(cls, cfg, names=bert3, **kw):
+        return _hf_any(_hf(cfg, **small, **kw), cls, lambda t: _ids(*names)(t) | (
+            {"token_type_ids": t.zeros(2, 8, dtype=t.int64)} if "token_type_ids" in names else {}
+        ), hidden, text_axes)  # fmt: skip
+
+    causal = dict(small, num_key_value_heads=2, max_position_embeddings=128)
+    lm_axes = _axes(("input_ids", "batch", "seq"), ("attention_mask", "batch", "seq"),
+                    ("logits", "batch", "seq"))  # fmt: skip
+
+    def lm(cls, cfg, **kw):
+        return _hf_any(_hf(cfg, **{**causal, **kw}), cls, _ids("input_ids"), ["logits"], lm_axes)
+
+    bart = _hf_any(
+        _hf("BartConfig", d_model=64, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+            decoder_ffn_dim=128, vocab_size=1000),
+        "BartModel", _ids("input_ids", "decoder_input_ids"),
+        ["last_hidden_state", "encoder_last_hidden_state"],
+        _axes(("input_ids", "batch", "seq"), ("attention_mask", "batch", "seq"),
+              ("decoder_input_ids", "batch", "dec"), ("last_hidden_state", "batch", "dec"),
+              ("encoder_last_hidden_state", "batch", "seq")),
+    )  # fmt: skip
+    wav2vec2 = _hf_any(
+        _hf("Wav2Vec2Config", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2),
+            conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4),
+        "Wav2Vec2Model", lambda t: {"input_values": t.randn(1, 4000)}, hidden,
+        _axes(("input_values", "batch", "samples"), ("last_hidden_state", "batch", "frames")),
+    )  # fmt: skip
+
+    def clip_cfg(tr):
+        return tr.CLIPConfig(
+            text_config=dict(small, max_position_embeddings=64, bos_token_id=0, eos_token_id=2),
+            vision_config=dict(small, image_size=64, patch_size=16), projection_dim=32,
+        )  # fmt: skip
+
+    clip = _hf_any(
+        clip_cfg, "CLIPModel",
+        lambda t: _ids("input_ids")(t) | {"pixel_values": t.randn(2, 3, 64, 64)},
+        ["logits_per_image", "text_embeds", "image_embeds"],
+        _axes(("input_ids", "batch", "seq"), ("attention_mask", "batch", "seq"),
+              ("pixel_values", "images"), ("logits_per_image", "images", "batch"),
+              ("text_embeds", "batch"), ("image_embeds", "images")),
+    )  # fmt: skip
+    segformer = _hf_any(
+        _hf("SegformerConfig", depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 128],
+            decoder_hidden_size=64, num_labels=10),
+        "SegformerForSemanticSegmentation", lambda t: {"pixel_values": t.randn(1, 3, 128, 128)},
+        ["logits"], _axes(("pixel_values", "batch", None, "height", "width"),
+                          ("logits", "batch", None, "h4", "w4")),
+    )  # fmt: skip
+    mobilevit = _hf_any(
+        _hf("MobileViTConfig", image_size=128), "MobileViTModel",
+        lambda t: {"pixel_values": t.randn(1, 3, 128, 128)}, ["last_hidden_state"],
+        _axes(("pixel_values", "batch"), ("last_hidden_state", "batch")),
+    )  # fmt: skip
+    img = ({"batch": 1, "height": 128, "width": 128}, {"batch": 2, "height": 160, "width": 96})
+    hf = [
+        Entry("roberta_small", "transformers (random init)",
+              text("RobertaModel", "RobertaConfig", max_position_embeddings=130), TEXT, 1000),
+        Entry("albert_small", "transformers (random init, shared layers)",
+              text("AlbertModel", "AlbertConfig", embedding_size=32), TEXT, 1000),
+        Entry("electra_small", "transformers (random init)",
+              text("ElectraModel", "ElectraConfig", embedding_size=32), TEXT, 1000),
+        Entry("deberta_v2_small", "transformers (random init, relative attention)",
+              text("DebertaV2Model", "DebertaV2Config", relative_attention=True,
+                   position_buckets=32, pos_att_type=["p2c", "c2p"]), TEXT, 1000),
+        Entry("bart_small", "transformers (random init, encoder-decoder)", bart,
+              ({"batch": 1, "seq": 16, "dec": 5}, {"batch": 2, "seq": 24, "dec": 7}), 1000),
+        Entry("wav2vec2_small", "transformers (random init)", wav2vec2,
+              ({"batch": 1, "samples": 4000}, {"batch": 2, "samples": 3200})),
+        Entry("clip_small", "transformers (random init, text + vision)", clip,
+              ({"batch": 1, "seq": 16, "images": 1}, {"batch": 2, "seq": 24, "images": 3}),
+              1000),
+        Entry("segformer_small", "transformers (random init)", segformer, img),
+        Entry("mobilevit_s", "transformers (random init; 128x128)", mobilevit, CLS),
+        Entry("llama_tiny", "transformers (random init; GQA 4/2)",
+              lm("LlamaForCausalLM", "LlamaConfig"), TEXT, 1000),
+        Entry("qwen2_tiny", "transformers (random init; GQA 4/1)",
+              lm("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=1), TEXT, 1000),
+    ]  # fmt: skip
+    return tv + hf
+
+
 def _base_entries() -> list[Entry]:
     tv = [
         Entry(a, "torchvision", cm.torchvision_builder(a, 299 if a == "inception_v3" else 224), CLS)
@@ -130,7 +310,7 @@ def _base_entries() -> list[Entry]:
               cm.all_minilm, TEXT, 30522),
     ]  # fmt: skip
     block = [Entry("block", "onnx.helper (2-layer encoder)", cm.block, TEXT)]
-    return tv + hf + wheels + block
+    return tv + hf + wheels + block + _new_entries()
 
 
 ENTRIES_BASE = {e.name: e for e in _base_entries()}

@@ -4,6 +4,11 @@ the GGUF file is too large to send to the GPU machine). Greedy, batch 1, fp32.
 
     python benchmarks/generate_gpu.py            # prompts 5, 128, 1024; 128 new tokens
     python benchmarks/generate_gpu.py --quick    # prompts 5, 128; 32 new tokens
+    python benchmarks/generate_gpu.py --device cpu --tiny --skip eager,compile   # a smoke test
+
+pyforge runs twice, with the KV cache kept in place (``cache="static"``: state slots, one decode
+plan and one CUDA graph for every step) and in the concat layout (past fed, present copied
+back, a plan per 64-row bucket), the two alternated call by call (medians of --rounds runs).
 
 Needs torch, transformers (5.x), onnx, numba-cuda; nothing from the network and no file. Every
 peer runs under one deadline (--budget seconds, default 420); a peer that fails or runs out of
@@ -164,6 +169,24 @@ def measure_pyforge(gen, ids: list[int], new: int):
     return r.prefill_ms, r.decode_ms_per_token, r.tokens
 
 
+def measure_alternating(gens: dict, ids: list[int], new: int, rounds: int) -> dict:
+    """name -> (prefill ms, decode ms/token, tokens): medians over ``rounds`` generates, the
+    generators taking turns call by call (a shared machine's drift hits each alike)."""
+    for gen in gens.values():  # warm-up: compiles the plans of every bucket used
+        gen.reset()
+        gen.generate(ids, max_new_tokens=new)
+    runs: dict = {name: [] for name in gens}
+    for _ in range(rounds):
+        for name, gen in gens.items():
+            gen.reset()
+            runs[name].append(gen.generate(ids, max_new_tokens=new))
+    return {
+        name: (float(np.median([r.prefill_ms for r in rs])),
+               float(np.median([r.decode_ms_per_token for r in rs])), rs[-1].tokens)
+        for name, rs in runs.items()
+    }  # fmt: skip
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         import torch
@@ -214,33 +237,46 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--tiny", action="store_true", help="the tiny config (a smoke test)")
     ap.add_argument("--skip", default="", help="comma-separated peers to skip: eager,compile")
+    ap.add_argument("--caches", default="static,concat", help="pyforge's cache layouts to run")
+    ap.add_argument("--ctx", type=int, default=0, help="max_context (default: what fits)")
+    ap.add_argument("--rounds", type=int, default=3, help="pyforge generates per layout")
     args = ap.parse_args(argv)
     deadline = time.monotonic() + args.budget
-    import torch
+    skip = set(args.skip.split(","))
+    if {"eager", "compile"} <= skip and args.device == "cpu":  # pyforge alone: no torch needed
+        torch = None
+    else:
+        import torch
 
     import pyforge
     from pyforge.generate import gemma3
 
-    device = args.device if args.device == "cpu" or torch.cuda.is_available() else "cpu"
+    device = args.device if torch is None or torch.cuda.is_available() else "cpu"
     config = gemma3.Gemma3Config.tiny() if args.tiny else gemma3.Gemma3Config()
     lengths = (5, 128) if args.quick else (5, 128, 1024)
     new = 32 if args.quick else 128
     ctx = max(lengths) + new + 64
     if args.tiny:
-        lengths, new, ctx = (5, 16), 32, 96
+        lengths, new, ctx = (5, 128), 32, 224
+    ctx = args.ctx or ctx
     t0 = time.monotonic()
     weights = gemma3.random_weights(config, seed=0)
-    proto = gemma3.build_decoder(config, weights, logits="last", max_context=ctx)
-    print(f"random weights and decoder built in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     table = Table(lengths, new, deadline)
     target = "cuda" if device == "cuda" else "cpu"
-    gen = pyforge.TextGenerator.from_onnx(proto, None, target=target, max_context=ctx)
-    del proto
-    table.run(
-        f"pyforge {target} fp32", lambda n: measure_pyforge(gen, prompt(n, config.vocab), new)
-    )
-    gen = None  # its plans and cache go before the next peer loads
-    skip = set(args.skip.split(","))
+    gens = {
+        f"pyforge {target} fp32, {cache} cache": pyforge.TextGenerator.from_config(
+            config, weights, target=target, max_context=ctx, cache=cache
+        )
+        for cache in args.caches.split(",")
+        if cache
+    }
+    print(f"decoders built and compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    done = {
+        n: measure_alternating(gens, prompt(n, config.vocab), new, args.rounds) for n in lengths
+    }
+    for name in gens:
+        table.run(name, lambda n, name=name: done[n][name])
+    gens = None  # their plans and caches go before the next peer loads
     if "eager" not in skip:
         model = hf_model(config, weights, device)
         table.run("HF eager (forward loop)",
@@ -254,9 +290,10 @@ def main(argv=None) -> int:
                   lambda n: measure_hf(model, prompt(n, config.vocab), new, device, static=True),
                   need_s=60)  # fmt: skip
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    version = torch.__version__ if torch else "(no torch)"
     table.print(f"Gemma 3 {'tiny' if args.tiny else '270M'} (random weights), batch 1, fp32, "
-                f"greedy, {new} new tokens; {name}; torch {torch.__version__}; "
-                f"{time.strftime('%Y-%m-%d %H:%M')}")  # fmt: skip
+                f"greedy, {new} new tokens, max_context {ctx}; {name}; torch {version}; "
+                f"{time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     return 0
 
 

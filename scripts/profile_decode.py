@@ -2,7 +2,10 @@
 wall time per token, the host side (cProfile of the decode loop) and the device side (kernels
 by total time through torch.profiler/CUPTI, the plan run step by step).
 
-    python scripts/profile_decode.py [--ctx 256] [--new 24] [--top 25]
+    python scripts/profile_decode.py [--ctx 256] [--new 24] [--top 25] [--cache concat]
+    python scripts/profile_decode.py --tiny --device cpu    # host side only, no torch
+
+The KV cache is kept in place by default (``--cache static``: one decode plan, one graph).
 """
 
 from __future__ import annotations
@@ -25,27 +28,24 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=24)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--cache", default="static", choices=["static", "concat"])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
     import numpy as np
-    import torch
-    from torch.profiler import ProfilerActivity, profile
 
     import pyforge
     from pyforge.generate import gemma3
 
     c = gemma3.Gemma3Config.tiny() if args.tiny else gemma3.Gemma3Config()
-    t0 = time.perf_counter()
-    proto = gemma3.build_decoder(
-        c, gemma3.random_weights(c, 0), logits="last", max_context=args.ctx
-    )
+    weights = gemma3.random_weights(c, 0)
     ids = [int(t) for t in np.random.default_rng(0).integers(3, c.vocab, 5)]
-    print(f"decoder built {time.perf_counter() - t0:.1f} s", flush=True)
-    rows = []
-    for graph in (True, False):
+    rows, cuda = [], args.device == "cuda"
+    for graph in (True, False) if cuda else (None,):
         t0 = time.perf_counter()
-        gen = pyforge.TextGenerator.from_onnx(
-            proto, None, target="cuda", max_context=args.ctx, graph=graph
-        )
+        gen = pyforge.TextGenerator.from_config(
+            c, weights, None, args.device, args.ctx, cache=args.cache,
+            **({"graph": graph} if cuda else {}),
+        )  # fmt: skip
         gen.generate(ids, max_new_tokens=args.new)  # plans compiled and warm
         print(f"graph={graph}: compiled + first run {time.perf_counter() - t0:.1f} s", flush=True)
         gen.reset()
@@ -64,6 +64,11 @@ def main() -> int:
         s = io.StringIO()
         pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
         print(f"--- host, graph={graph}, 10 decode steps, by tottime\n" + s.getvalue()[-3500:])
+        if not cuda:
+            continue
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             for _ in range(5):
@@ -81,9 +86,12 @@ def main() -> int:
         for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"{v / 5:9.1f} us/step {cnt[k] / 5:6.1f}x  {k}")
         gen = None
-    print("\n| mode | prefill ms | decode ms/token median | min |")
+    print(f"\n{args.cache} cache, {args.device}, max_context {args.ctx}")
+    print("| mode | prefill ms | decode ms/token median | min |")
     for g, p, med, mn in rows:
-        print(f"| {'graph' if g else 'steps'} | {p:.1f} | {med:.2f} | {mn:.2f} |")
+        print(
+            f"| {'cpu' if g is None else 'graph' if g else 'steps'} | {p:.1f} | {med:.2f} | {mn:.2f} |"
+        )
     return 0
 
 

@@ -19,12 +19,16 @@ def add_commands(sub) -> None:
     p.add_argument("--target", choices=["cpu", "cuda"], default=None, help="pyforge's target")
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--max-batch-size", type=int, default=32, help="plans for 1, 2, 4, ... up to it")
-    p.add_argument(
-        "--batch-wait-ms", type=float, default=10.0, help="how long a batch waits to fill"
-    )
+    p.add_argument("--batch-wait-ms", type=float, default=0.0,
+                   help="a wait before a batch that is not full (default none: batches form "
+                   "from the requests that queue while the model runs)")  # fmt: skip
     p.add_argument("--max-queued", type=int, default=256, help="queued requests before 503")
     p.add_argument("--cpus-per-replica", type=float, default=1.0)
     p.add_argument("--gpus-per-replica", type=float, default=0.0)
+    p.add_argument("--generate", action="store_true",
+                   help="MODEL is a decoder: POST /generate streams tokens (on for a .gguf)")  # fmt: skip
+    p.add_argument("--tokenizer", metavar="MODEL.gguf", help="a decoder ONNX's vocabulary")
+    p.add_argument("--max-context", type=int, default=2048, metavar="C")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(fn=cmd_serve)
@@ -51,10 +55,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queued=args.max_queued,
         cpus_per_replica=args.cpus_per_replica,
         gpus_per_replica=args.gpus_per_replica,
+        max_context=args.max_context,
+        tokenizer=args.tokenizer,
     )
+    generate = args.generate or path.lower().endswith(".gguf")
     config.check()
     try:
         from .deployment import start, stop
+
+        if generate:
+            from .generation import start_generator as start
     except ImportError as e:
         raise CliError(f"pyforge serve needs Ray Serve: pip install 'ray[serve]' ({e})") from None
     done = threading.Event()
@@ -63,7 +73,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which sets its own
             signal.signal(sig, lambda *_: done.set())
         url = f"http://{args.host}:{args.port}"
-        print(f"serving {args.model} ({args.backend}) at {url}/predict; Ctrl-C stops", flush=True)
+        what = f"generate) at {url}/generate" if generate else f"{args.backend}) at {url}/predict"
+        print(f"serving {args.model} ({what}; Ctrl-C stops", flush=True)
         done.wait()
         print("stopping: draining requests in flight", file=sys.stderr, flush=True)
     finally:

@@ -11,7 +11,6 @@ both use it.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +58,15 @@ class ServeConfig:
     target: str | None = None
     replicas: int = 1
     max_batch_size: int = 32
-    batch_wait_ms: float = 10.0
+    batch_wait_ms: float = 0.0  # a wait before a batch that is not full
     max_queued: int = 256  # per caller (the HTTP proxy): beyond it, 503
     max_body_bytes: int = 64 << 20
     cpus_per_replica: float = 1.0
     gpus_per_replica: float = 0.0
     threads: int | None = None  # ORT intra-op threads (pyforge: NUMBA_NUM_THREADS)
     warm_length: int = 16  # free dims after the batch (sequence length) in the warm-up plans
+    max_context: int = 2048  # a decoder's (for /generate)
+    tokenizer: str | None = None  # an ONNX decoder's: a GGUF file holding its vocabulary
 
     def check(self) -> None:
         """An ``OptionError`` naming the first bad field."""
@@ -110,8 +111,7 @@ class Engine:
         self.batched = not free  # every input's axis 0 is a free (batch) dim
         if not self.batched:
             self.sizes = [1]
-        self._warm: set[tuple] = set()
-        self._warm_lock = threading.Lock()
+        self.padded_rows = 0  # rows run as padding, over this engine's life
 
     def _open_pyforge(self, model: str | bytes, target: str | None) -> None:
         import pyforge
@@ -221,6 +221,7 @@ class Engine:
             size = next(s for s in self.sizes if s >= n)
             chunk = {k: v[start : start + n] for k, v in feeds.items()}
             if size > n:
+                self.padded_rows += size - n
                 chunk = {
                     k: np.concatenate([v, np.repeat(v[:1], size - n, 0)]) for k, v in chunk.items()
                 }

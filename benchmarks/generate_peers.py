@@ -1,23 +1,31 @@
 """Gemma 3 270M text generation on this machine's cpu: pyforge beside its peers on the same
-weights (the GGUF file's, dequantized to fp32 by transformers), greedy, batch 1.
+weights (the GGUF file's, dequantized to fp32 by pyforge's reader), greedy, batch 1.
 
-    /work/venv-corpus/bin/python benchmarks/generate_peers.py [--quick] [--gguf PATH]
-    /work/venv-corpus/bin/python benchmarks/generate_peers.py --buckets   # bucket sizes, measured
+    python benchmarks/generate_peers.py [--lengths 5,100,128] [--new 64] [--rounds 3]
+    python benchmarks/generate_peers.py --buckets         # bucket sizes, measured
 
-Peers: pyforge (cpu), ONNX Runtime on the same exported decoder (past grown by one row a step,
-as optimum runs it), HF transformers eager and with a static cache + torch.compile, and
-llama.cpp through llama-cpp-python on the Q4 file itself when a python with it is given
-(--llama-python; it did not build here within 15 minutes). Prompt lengths 5, 128, 1024;
-128 new tokens (--quick: 5 and 128, 32). Runs in a python with torch, transformers and gguf
-beside pyforge's own dependencies. The table is printed last.
+Peers, each on --threads (2) threads: pyforge cpu fp32; ONNX Runtime on the same exported
+decoder (past grown by one row a step, as optimum runs it); HF transformers eager (a forward
+loop, torch from --torch-python, default /work/venv-corpus's, in its own process: torch's
+OpenMP beside pyforge's OpenBLAS in one process slows pyforge ~10x); llama.cpp on the Q4_K_M
+file itself and on an F32 copy of it (written once with every tensor dequantized), through
+node-llama-cpp's prebuilt binaries (``benchmarks/llama_node.mjs``; --llama-node DIR holds
+``npm i -E node-llama-cpp@3.21.1``; llama-cpp-python did not build here). HF static cache +
+torch.compile with ``--peers ...,hf-compile``.
+
+Every peer runs each prompt once untimed first (pyforge compiles its plans there: compile is
+excluded from the figures and its time printed apart), then --rounds rounds alternate the peers
+call by call; the table gives medians of prefill ms and decode ms/token (the mean of the later
+tokens of one call) and how many greedy tokens equal pyforge's. All peers read the prompt as
+the same token ids (llama.cpp reads the file's own vocabulary, as pyforge's tokenizer does).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -27,100 +35,133 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from generate_gpu import (
-    Table,
-    gguf_weights,
-    measure_hf,
-    measure_hf_eager_loop,
-    measure_pyforge,
-    prompt,
-)
+from generate_gpu import hf_model, measure_hf, prompt
 
 GGUF = os.path.expanduser("~/.cache/pyforge-gguf/gemma-3-270m-q4_k_m.gguf")
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def gemma_config(hf):
-    """pyforge's Gemma3Config from a transformers Gemma 3 config."""
-    from pyforge.generate.gemma3 import Gemma3Config
+def read_weights(path: str):
+    from pyforge.generate.gguf import read_gguf
 
-    kinds = hf.layer_types
-    full = [i for i, k in enumerate(kinds) if k == "full_attention"]
-    rope = hf.rope_parameters
-    return Gemma3Config(
-        hidden=hf.hidden_size, layers=hf.num_hidden_layers, heads=hf.num_attention_heads,
-        kv_heads=hf.num_key_value_heads, head_dim=hf.head_dim, ffn=hf.intermediate_size,
-        vocab=hf.vocab_size, eps=hf.rms_norm_eps, window=hf.sliding_window,
-        sliding_pattern=full[0] + 1 if full else hf.num_hidden_layers + 1,
-        rope_global=rope["full_attention"]["rope_theta"],
-        rope_local=rope["sliding_attention"]["rope_theta"],
-        query_pre_attn_scalar=float(hf.query_pre_attn_scalar),
-        context=hf.max_position_embeddings,
-    )  # fmt: skip
+    config, weights, _ = read_gguf(path)
+    return config, weights
 
 
-def stored_config(kept, folder: str, name: str):
-    """The Gemma3Config saved with the weights; else the GGUF's through transformers."""
-    from pyforge.generate.gemma3 import Gemma3Config
+def f32_gguf(src: str, dst: str) -> None:
+    """``src`` with every tensor dequantized to F32; the metadata bytes are copied as they are
+    (their types kept), but general.file_type, set to 0 (all F32)."""
+    from pyforge.generate.gguf import GGUFFile
 
-    if kept is not None:
-        return Gemma3Config(**json.loads(str(kept)))
-    try:
-        import transformers
-    except ImportError:  # pyforge's python: Gemma3Config's defaults are Gemma 3 270M's
-        return Gemma3Config()
-    return gemma_config(transformers.AutoConfig.from_pretrained(folder, gguf_file=name))
+    f = GGUFFile(src)
+    infos = sum(8 + len(n.encode()) + 4 + 8 * len(d) + 12 for n, (d, _, _) in f.tensors.items())
+    head = bytearray(f.mm[: f.pos - infos])
+    key = b"general.file_type"
+    at = head.find(struct.pack("<Q", len(key)) + key) + 8 + len(key)
+    if struct.unpack_from("<I", head, at)[0] == 4:  # uint32
+        struct.pack_into("<I", head, at + 4, 0)
+    align = int(f.fields.get("general.alignment", 32))
+    table, offset = bytearray(), 0
+    for name, (dims, _, _) in f.tensors.items():
+        table += struct.pack("<Q", len(name.encode())) + name.encode()
+        table += struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, 0, offset)
+        offset += -(-int(np.prod(dims)) * 4 // align) * align
+    with open(dst + ".part", "wb") as out:
+        out.write(head + table)
+        out.write(b"\0" * (-out.tell() % align))
+        for name in f.tensors:
+            data = np.ascontiguousarray(f.tensor(name), np.float32).tobytes()
+            out.write(data + b"\0" * (-len(data) % align))
+    os.replace(dst + ".part", dst)
 
 
-def measure_ort(sess, ids: list[int], new: int):
+def pyforge_run(gen, ids: list[int], new: int):
+    gen.reset()
+    r = gen.generate(ids, max_new_tokens=new)
+    return r.prefill_ms, r.decode_ms_per_token, r.tokens
+
+
+def ort_run(sess, ids: list[int], new: int):
     """ORT with the past exactly as long as the tokens fed: present becomes the next past."""
     names = [o.name for o in sess.get_outputs()]
     specs = [i for i in sess.get_inputs() if i.name.startswith("past_key_values")]
-
-    def run():
-        past = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32) for i in specs}
-        feed, held, tokens, times = list(ids), 0, [], []
-        for _ in range(new):
-            t0 = time.perf_counter()
-            out = dict(zip(names, sess.run(None, {
-                "input_ids": np.array([feed], np.int64),
-                "attention_mask": np.ones((1, held + len(feed)), np.int64),
-                "position_ids": np.arange(held, held + len(feed))[None], **past})))  # fmt: skip
-            tokens.append(int(np.argmax(out["logits"][0, -1])))
-            times.append((time.perf_counter() - t0) * 1e3)
-            held += len(feed)
-            past = {k: out[k.replace("past_key_values", "present")] for k in past}
-            feed = [tokens[-1]]
-        return times[0], float(np.mean(times[1:])), tokens
-
-    run()
-    return run()
+    past = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32) for i in specs}
+    feed, held, tokens, times = list(ids), 0, [], []
+    for _ in range(new):
+        t0 = time.perf_counter()
+        out = dict(zip(names, sess.run(None, {
+            "input_ids": np.array([feed], np.int64),
+            "attention_mask": np.ones((1, held + len(feed)), np.int64),
+            "position_ids": np.arange(held, held + len(feed))[None], **past})))  # fmt: skip
+        tokens.append(int(np.argmax(out["logits"][0, -1])))
+        times.append((time.perf_counter() - t0) * 1e3)
+        held += len(feed)
+        past = {k: out[k.replace("past_key_values", "present")] for k in past}
+        feed = [tokens[-1]]
+    return times[0], float(np.mean(times[1:])), tokens
 
 
-LLAMA = """
-import json, sys, time
-import numpy as np
-from llama_cpp import Llama
-path, ids, new, threads = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-llm = Llama(model_path=path, n_ctx=2048, n_threads=threads, verbose=False)
-def run():
-    llm.reset()
-    t0 = time.perf_counter(); llm.eval(ids); tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    t1 = time.perf_counter(); tokens = [tok]
-    for _ in range(new - 1):
-        llm.eval([tok]); tok = int(np.argmax(llm.scores[llm.n_tokens - 1])); tokens.append(tok)
-    t2 = time.perf_counter()
+def hf_run(model, ids: list[int], new: int):
+    """transformers' eager forward loop (no generate() overhead): prefill, then a token a call."""
+    import torch
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        out = model(torch.tensor([ids]), use_cache=True)
+        tok = int(out.logits[0, -1].argmax())
+        t1 = time.perf_counter()
+        tokens = [tok]
+        for _ in range(new - 1):
+            out = model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
+            tok = int(out.logits[0, -1].argmax())
+            tokens.append(tok)
+        t2 = time.perf_counter()
     return (t1 - t0) * 1e3, (t2 - t1) * 1e3 / (new - 1), tokens
-run()
-print(json.dumps(run()))
-"""
 
 
-def measure_llama(python: str, path: str, ids: list[int], new: int):
-    import json
+def hf_worker(args) -> int:
+    """The HF peer in torch's python: one JSON line in ({"ids", "new", "mode"}), one out."""
+    import torch
+    import transformers
 
-    args = [python, "-c", LLAMA, path, json.dumps(ids), str(new), str(len(os.sched_getaffinity(0)))]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600, check=True)
-    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
+    torch.set_num_threads(args.threads)
+    config, weights = read_weights(args.gguf)
+    model = hf_model(config, weights, "cpu")
+    del weights
+    ready = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    print(json.dumps({"ready": ready}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("mode") == "compile":  # measure_hf warms up (compiles) inside each call
+            out = measure_hf(model, req["ids"], req["new"], "cpu", static=True)
+        else:
+            out = hf_run(model, req["ids"], req["new"])
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+class Worker:
+    """A peer in another process: it prints {"ready": what} once, then answers each request
+    line with one JSON line [prefill ms, decode ms/token, tokens]."""
+
+    def __init__(self, argv: list[str]):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.ready = self._answer()["ready"]
+
+    def _answer(self):
+        for line in self.proc.stdout:
+            if line.startswith(("[", "{")):
+                return json.loads(line)
+        raise RuntimeError(f"the worker exited with {self.proc.wait()}")
+
+    def __call__(self, ids: list[int], new: int, **extra):
+        self.proc.stdin.write(json.dumps({"ids": ids, "new": new, **extra}) + "\n")
+        self.proc.stdin.flush()
+        return tuple(self._answer())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
 
 
 def buckets(config, weights, budget_end: float) -> None:
@@ -164,97 +205,132 @@ def buckets(config, weights, budget_end: float) -> None:
         )
 
 
+def make_peers(args, config, weights, lengths, new):
+    """name -> fn(ids, new) and name -> what it is (versions), for the peers asked for."""
+    want = args.peers.split(",")
+    peers, about, workers = {}, {}, []
+    if "hf" in want or "hf-compile" in want:  # started first: it loads while pyforge compiles
+        argv = [args.torch_python, os.path.abspath(__file__), "--hf-worker", "--gguf", args.gguf,
+                "--threads", str(args.threads)]  # fmt: skip
+        hf = Worker(argv)
+        workers.append(hf)
+        if "hf" in want:
+            peers["HF eager (forward loop)"], about["HF"] = hf, hf.ready
+        if "hf-compile" in want:
+            peers["HF static cache + torch.compile"] = lambda i, n: hf(i, n, mode="compile")
+    if "pyforge" in want or "ort" in want:
+        import numba
+        import onnxruntime as ort
+
+        import pyforge
+        from pyforge.generate import gemma3
+
+        ctx = max(lengths) + new + 64
+        proto = gemma3.build_decoder(config, weights, logits="last", max_context=ctx)
+        if "pyforge" in want:
+            numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+            gen = pyforge.TextGenerator.from_onnx(proto, target="cpu", max_context=ctx)
+            peers["pyforge cpu fp32"] = lambda ids, n, gen=gen: pyforge_run(gen, ids, n)
+            about["pyforge"] = f"numba {numba.__version__}, {numba.get_num_threads()} threads"
+        if "ort" in want:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
+            sess = ort.InferenceSession(proto.SerializeToString(), so)
+            peers["ONNX Runtime cpu (same decoder)"] = lambda ids, n: ort_run(sess, ids, n)
+            about["ORT"] = f"onnxruntime {ort.__version__}"
+    files = {"llama": ("Q4_K_M", args.gguf), "llama-f32": ("F32", args.f32_gguf)}
+    for peer, (kind, path) in files.items():
+        if peer not in want:
+            continue
+        if not os.path.isdir(os.path.join(args.llama_node, "node_modules", "node-llama-cpp")):
+            print(f"{peer}: no node-llama-cpp under {args.llama_node}: skipped", file=sys.stderr)
+            continue
+        if not os.path.exists(path):
+            t0 = time.monotonic()
+            f32_gguf(args.gguf, path)
+            print(f"wrote {path} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        for threads in args.llama_threads.split(","):
+            script = os.path.join(HERE, "llama_node.mjs")
+            w = Worker(["node", script, args.llama_node, path, threads])
+            workers.append(w)
+            peers[f"llama.cpp {kind}, {threads} thread{'s' * (threads != '1')}"] = w
+            about["llama.cpp"] = f"{w.ready} (node-llama-cpp 3.21.1)"
+    return peers, about, workers
+
+
+def median_row(results: list[tuple], ref: list[int] | None) -> str:
+    pre = np.median([r[0] for r in results])
+    dec = np.median([r[1] for r in results])
+    tokens = results[-1][2]
+    same = len(tokens) if ref is None else next(
+        (i for i, (a, b) in enumerate(zip(ref, tokens)) if a != b), min(len(ref), len(tokens))
+    )  # fmt: skip
+    return f"{pre:9.1f} {dec:8.2f} {same:3d}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", default=GGUF, help=f"the GGUF file (default {GGUF})")
-    ap.add_argument("--quick", action="store_true", help="prompts 5 and 128, 32 new tokens")
-    ap.add_argument("--budget", type=float, default=3600, help="seconds for every peer together")
-    ap.add_argument("--skip", default="", help="comma-separated: pyforge,ort,eager,compile,llama")
-    ap.add_argument("--llama-python", default=os.environ.get("LLAMA_PYTHON", ""),
-                    help="a python with llama-cpp-python (default: $LLAMA_PYTHON; none: skipped)")  # fmt: skip
-    ap.add_argument("--weights", default="", metavar="NPZ",
-                    help="keep the dequantized fp32 weights here and read them on later runs")  # fmt: skip
+    ap.add_argument("--f32-gguf", default=GGUF.replace("q4_k_m", "f32"),
+                    help="its F32 copy for llama.cpp (written when missing)")  # fmt: skip
+    ap.add_argument("--lengths", default="5,100,128", help="prompt lengths")
+    ap.add_argument("--new", type=int, default=64, help="new tokens per call")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds, peers alternated")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peers", default="pyforge,ort,hf,llama,llama-f32",
+                    help="of pyforge,ort,hf,hf-compile,llama,llama-f32")  # fmt: skip
+    ap.add_argument("--llama-node", default=os.environ.get("LLAMA_NODE_DIR", "/work/llama-node"),
+                    help="a folder with node_modules/node-llama-cpp")  # fmt: skip
+    ap.add_argument("--llama-threads", default="2", help="comma-separated: one peer each")
+    ap.add_argument("--torch-python", default="/work/venv-corpus/bin/python")
+    ap.add_argument("--budget", type=float, default=3600, help="seconds for the timed rounds")
     ap.add_argument("--buckets", action="store_true", help="measure the bucket choices only")
+    ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    deadline = time.monotonic() + args.budget
+    if args.hf_worker:
+        return hf_worker(args)
     t0 = time.monotonic()
-    folder, name = os.path.split(os.path.abspath(args.gguf))
-    hf = None
-    if args.weights and os.path.exists(args.weights):  # the fp32 weights of an earlier run
-        weights = dict(np.load(args.weights))
-        config = stored_config(weights.pop("__config__", None), folder, name)
-    else:
-        import torch
-        import transformers
-
-        hf = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=name, dtype=torch.float32
-        ).eval()
-        config, weights = gemma_config(hf.config), gguf_weights(hf)
-        if args.weights:
-            kept = np.array(json.dumps(dataclasses.asdict(config)))
-            np.savez(args.weights, __config__=kept, **weights)
-    print(f"{name}'s weights as fp32 in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    config, weights = read_weights(args.gguf)
+    print(f"weights as fp32 in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     if args.buckets:
-        buckets(config, weights, deadline)
+        buckets(config, weights, time.monotonic() + args.budget)
         return 0
-    import onnxruntime as ort
-
-    import pyforge
-    from pyforge.generate import gemma3
-
-    lengths, new = ((5, 128), 32) if args.quick else ((5, 128, 1024), 128)
-    ctx = max(lengths) + new + 64
-    skip = set(args.skip.split(","))
-    table = Table(lengths, new, deadline)
-    proto = gemma3.build_decoder(config, weights, logits="last", max_context=ctx)
-    if "pyforge" not in skip:
-        gen = pyforge.TextGenerator.from_onnx(proto, target="cpu", max_context=ctx)
-        table.run("pyforge cpu fp32", lambda n: measure_pyforge(gen, prompt(n, config.vocab), new))
-        gen = None
-    if "ort" not in skip:
-        sess = ort.InferenceSession(proto.SerializeToString())
-        table.run(
-            "ONNX Runtime cpu (same decoder)",
-            lambda n: measure_ort(sess, prompt(n, config.vocab), new),
-        )
-        sess = None
-    proto = None
-    if hf is None and not {"eager", "compile"} <= skip:
-        from generate_gpu import hf_model
-
-        hf = hf_model(config, weights, "cpu")
-    if "eager" not in skip:
-        table.run(
-            "HF eager (forward loop)",
-            lambda n: measure_hf_eager_loop(hf, prompt(n, config.vocab), new, "cpu"),
-        )
-        table.run(
-            "HF eager generate()", lambda n: measure_hf(hf, prompt(n, config.vocab), new, "cpu")
-        )
-    if "compile" not in skip:
-        table.run("HF static cache + torch.compile",
-                  lambda n: measure_hf(hf, prompt(n, config.vocab), new, "cpu", static=True), need_s=120)  # fmt: skip
-    if "llama" not in skip and args.llama_python:
-        table.run("llama.cpp (Q4_K_M file)",
-                  lambda n: measure_llama(args.llama_python, args.gguf, prompt(n, config.vocab), new))  # fmt: skip
-    elif "llama" not in skip:
-        table.rows.append(
-            ("llama.cpp", ["not run: llama-cpp-python did not build here"] * len(lengths))
-        )
-    from importlib import metadata
-
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "absent"
-
-    cores = len(os.sched_getaffinity(0))
-    table.print(f"Gemma 3 270M ({name}, dequantized to fp32), batch 1, greedy, {new} new tokens; "
-                f"cpu, {cores} cores; torch {version('torch')}, transformers "
-                f"{version('transformers')}, onnxruntime {ort.__version__}; "
-                f"{time.strftime('%Y-%m-%d %H:%M')}")  # fmt: skip
+    lengths, new = [int(n) for n in args.lengths.split(",")], args.new
+    peers, about, workers = make_peers(args, config, weights, lengths, new)
+    weights = None
+    ids = {n: prompt(n, config.vocab) for n in lengths}
+    for name, fn in peers.items():  # untimed: plans compiled, caches sized, weights paged in
+        for n in lengths:
+            t0 = time.monotonic()
+            fn(ids[n], new)
+            print(f"  {name} prompt {n}: first call {time.monotonic() - t0:.1f} s (untimed)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    results = {(name, n): [] for name in peers for n in lengths}
+    loads, deadline = [os.getloadavg()[0]], time.monotonic() + args.budget
+    for r in range(args.rounds):
+        if r and time.monotonic() > deadline:
+            break
+        for n in lengths:
+            for name, fn in peers.items():
+                results[name, n].append(fn(ids[n], new))
+                pre, dec, _ = results[name, n][-1]
+                print(f"  round {r} {name} prompt {n}: {pre:.1f} ms, {dec:.2f} ms/token",
+                      file=sys.stderr, flush=True)  # fmt: skip
+        loads.append(os.getloadavg()[0])
+    for w in workers:
+        w.close()
+    first = next(iter(peers))
+    print(f"\nGemma 3 270M ({os.path.basename(args.gguf)}; fp32 = its tensors dequantized), batch "
+          f"1, greedy, {new} new tokens; cpu, {len(os.sched_getaffinity(0))} cores, "
+          f"{args.threads} threads a peer; {len(results[first, lengths[0]])} rounds alternated, "
+          f"medians; 1-min load average {min(loads):.1f}-{max(loads):.1f}; "
+          f"{time.strftime('%Y-%m-%d %H:%M')}")  # fmt: skip
+    print("; ".join(f"{k}: {v}" for k, v in about.items()))
+    print(f"cells: prefill ms, decode ms/token, greedy tokens equal to {first}'s")
+    print(f"{'peer':34s}" + "".join(f" | prompt {n:<16d}" for n in lengths))
+    for name in peers:
+        cells = [median_row(results[name, n], results[first, n][-1][2]) for n in lengths]
+        print(f"{name:34s}" + "".join(f" | {c:23s}" for c in cells))
     return 0
 
 

@@ -128,6 +128,7 @@ class Sweep:
 
     def level(self, url, specs, engine, label, concurrency=None, rate=None) -> dict:
         a = self.args
+        before = scrape(url)
         total = (
             max(a.requests, 4 * (concurrency or 1)) if rate is None else int(rate * a.seconds) + 1
         )
@@ -157,6 +158,23 @@ class Sweep:
             "rps": len(ok) / max(wall, 1e-9), "p50": np.percentile(lat, 50), "p99": np.percentile(lat, 99),
             "p999": np.percentile(lat, 99.9), "errors": len(results) - len(ok), "wrong": wrong,
         }  # fmt: skip
+        after = scrape(url)
+        if before and after:  # the replica's own view of the level: batches formed, padding, cpu
+            d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            batches, reqs = d["pyforge_batch_size_count"], d["pyforge_batch_size_sum"]
+            pad, cpu = (
+                d.get("pyforge_padded_rows_total", 0.0),
+                d.get("process_cpu_seconds_total", 0.0),
+            )
+            row["replica"] = (
+                f"mean batch {reqs / max(batches, 1):.1f} ({batches:.0f} batches), "
+                + (
+                    f"padding {pad / max(reqs + pad, 1):.0%} of rows, "
+                    if "pyforge_padded_rows_total" in d
+                    else ""
+                )
+                + (f"replica cpu {cpu / max(reqs, 1) * 1e3:.2f} ms/request" if cpu else "")
+            )
         print(_fmt(row), flush=True)
         self.rows.append(row)
         return row
@@ -170,16 +188,29 @@ def _same(engine, specs, seq, seed, body) -> bool:
     return all(np.allclose(got[k], v, rtol=RTOL, atol=ATOL) for k, v in want.items())
 
 
+def scrape(url: str) -> dict[str, float]:
+    """A pyforge replica's /metrics as name -> value (unlabelled series only); {} elsewhere."""
+    import urllib.request
+
+    if not url.endswith("/predict"):
+        return {}
+    with urllib.request.urlopen(url[: -len("predict")] + "metrics", timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    pairs = (line.rsplit(" ", 1) for line in lines if line and not line.startswith("#"))
+    return {k: float(v) for k, v in pairs if "{" not in k}
+
+
 def _fmt(row: dict) -> str:
     return (
         f"| {row['what']} | {row['mode']} | {row['level']} | {row['n']} | {row['rps']:,.1f} | "
-        f"{row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | {row['errors']} | {row['wrong']} |"
+        f"{row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | {row['errors']} | {row['wrong']} | "
+        f"{row.get('replica', '')} |"
     )
 
 
 HEADER = (
-    "| endpoint | loop | concurrency / rate | requests | req/s | p50 ms | p99 ms | p99.9 ms | errors | wrong |\n"
-    "|---|---|---|---|---|---|---|---|---|---|"
+    "| endpoint | loop | concurrency / rate | requests | req/s | p50 ms | p99 ms | p99.9 ms | errors | wrong | in the replica |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -208,6 +239,153 @@ def noop_deployment():
     return Noop
 
 
+def ray_noop_deployment():
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
+    class RayNoop:  # as Ray's own benchmark (ray/serve/_private/benchmarks/common.py) has it
+        def __init__(self):
+            import logging
+
+            logging.getLogger("ray.serve").setLevel(logging.WARNING)
+
+        def __call__(self, *args, **kwargs):
+            return b""
+
+    return RayNoop
+
+
+def _plain_server(port: int) -> None:
+    """The same no-op without Ray (aiohttp's server): loopback HTTP and this client's floor."""
+    from aiohttp import web
+
+    async def noop(request):
+        await request.read()
+        return web.Response(body=b"\x00")
+
+    app = web.Application()
+    app.router.add_post("/", noop)
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
+def identity_path() -> str:
+    """y = x over float32 [batch, 256]: a model that costs nothing, for the path's overhead."""
+    import tempfile
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    io_ = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 256]) for n in "xy"]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "identity", io_[:1], io_[1:]
+    )
+    path = os.path.join(tempfile.gettempdir(), "pyforge_serve_identity.onnx")
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path
+    )
+    return path
+
+
+SPANS = ("read", "decode", "queue", "model", "reply", "encode")
+
+
+def hops(args, port: int) -> tuple[list[str], list[str]]:
+    """Where a no-op request's time goes, at concurrency 1, the endpoints alternating request by
+    request: aiohttp without Ray, Ray's own no-op, ours (reads the body), then an identity model
+    behind pyforge's server (both backends, and pyforge with a 10 ms batch wait: the old
+    default); for those, the replica's Server-Timing header splits the time into the hops
+    before it (client and proxy), inside it and after it. Returns markdown rows and notes."""
+    import http.client
+
+    from ray import serve
+
+    from pyforge.serve.deployment import ServeConfig, start
+    from pyforge.serve.engine import Engine
+
+    plain = free_port()
+    server = mp.get_context("spawn").Process(target=_plain_server, args=(plain,), daemon=True)
+    server.start()
+    serve.run(ray_noop_deployment().bind(), name="raynoop", route_prefix="/raynoop")
+    path = identity_path()
+    models = {"pyforge": ("pyforge", 0.0), "ort": ("ort", 0.0), "pyforge-wait10": ("pyforge", 10.0)}
+    for name, (backend, wait) in models.items():
+        config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
+                             batch_wait_ms=wait, cpus_per_replica=0.5)  # fmt: skip
+        start(
+            path, config, host="127.0.0.1", port=port, name=f"id-{name}", route_prefix=f"/id-{name}"
+        )
+    endpoints = {
+        "aiohttp no-op, no Ray (client + loopback floor)": (plain, "/"),
+        "Ray's own no-op deployment": (port, "/raynoop"),
+        "our no-op deployment (reads the body)": (port, "/noop"),
+        **{f"identity model, {n} backend{', batch wait 10 ms' if w else ''}": (port, f"/id-{n}/predict")
+           for n, (_, w) in models.items()},
+    }  # fmt: skip
+    x = np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)
+    body, kind = encode({"x": x})
+    time.sleep(2)  # the plain server's start
+    conns = {
+        k: http.client.HTTPConnection("127.0.0.1", p, timeout=60) for k, (p, _) in endpoints.items()
+    }
+    got: dict[str, list] = {k: [] for k in endpoints}
+    for i in range(args.hops + 20):  # the first 20 rounds warm up
+        for k, (_, route) in endpoints.items():
+            t_wall, t0 = time.time(), time.perf_counter()
+            conns[k].request("POST", route, body=body, headers={"Content-Type": kind})
+            r = conns[k].getresponse()
+            r.read()
+            total, t_done = (time.perf_counter() - t0) * 1e3, time.time()
+            assert r.status == 200, (k, r.status)
+            if i < 20:
+                continue
+            hop = {"total": total}
+            timing = r.getheader("server-timing")
+            if timing:
+                parts = dict(p.strip().split(";", 1) for p in timing.split(","))
+                spans = {n: float(parts[n].split("=")[1]) for n in SPANS}
+                at = float(parts["at"].split("=")[1])
+                hop.update(
+                    spans,
+                    before=(at - t_wall) * 1e3,
+                    after=(t_done - at) * 1e3 - sum(spans.values()),
+                )
+            got[k].append(hop)
+    server.terminate()
+    engine = Engine(path, "pyforge", args.max_batch_size)
+    direct = direct_p50(engine, [("x", ("batch", 256), np.dtype(np.float32))], 1, runs=500)
+    for name in models:
+        serve.delete(f"id-{name}")
+    serve.delete("raynoop")
+    cols = ("total", "before", *SPANS, "after")
+    rows = []
+    for k, hs in got.items():
+        med = {c: np.median([h[c] for h in hs]) if c in hs[0] else None for c in cols}
+        cells = [f"{med[c]:.2f}" if med[c] is not None else "" for c in cols]
+        rows.append(
+            f"| {k} | {len(hs)} | "
+            + " | ".join(cells)
+            + f" | {np.percentile([h['total'] for h in hs], 99):.2f} |"
+        )
+        print(rows[-1], flush=True)
+    notes = [
+        f"identity model direct `predict` (pyforge, batch 1, in the harness process) p50 {direct:.3f} ms"
+    ]
+    print(notes[-1], flush=True)
+    return rows, notes
+
+
+HOPS_HEADER = (
+    "| endpoint (concurrency 1, alternating) | requests | p50 ms | before the replica | read | decode | "
+    "queue | model | reply | encode | after the replica | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def direct_p50(engine, specs, seq: int, runs: int = 200) -> float:
     feeds = [make_input(specs, 10**9 + i, seq) for i in range(runs)]
     times = []
@@ -228,7 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=2000, help="at most this many per level")
     ap.add_argument("--clients", type=int, default=2, help="client processes")
     ap.add_argument("--max-batch-size", type=int, default=32)
-    ap.add_argument("--batch-wait-ms", type=float, default=10.0)
+    ap.add_argument("--batch-wait-ms", type=float, default=0.0)
+    ap.add_argument("--hops", type=int, default=0, help="first: this many requests per endpoint "
+                    "at concurrency 1, where each no-op request's time goes (see hops())")  # fmt: skip
     ap.add_argument("--seq", type=int, default=32, help="sequence length of text models")
     ap.add_argument("--md", help="append the table to this markdown file")
     args = ap.parse_args(argv)
@@ -238,21 +418,22 @@ def main(argv: list[str] | None = None) -> int:
     from pyforge.serve.deployment import ServeConfig, init_ray, start, stop
     from pyforge.serve.engine import Engine
 
-    levels = [int(c) for c in args.concurrency.split(",")]
+    levels = [int(c) for c in args.concurrency.split(",") if c]
     sweep = Sweep(args)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
-    notes = []
+    notes, hop_rows = [], []
     try:
         init_ray(num_cpus=8)
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(noop_deployment().bind(), name="noop", route_prefix="/noop")
+        if args.hops:
+            hop_rows, hop_notes = hops(args, port)
+            notes += hop_notes
         specs = [("x", ("batch", 256), np.dtype(np.float32))]
         for c in levels:
             sweep.level(f"{base}/noop", specs, None, "no-op (client ceiling)", concurrency=c)
-        for name in args.models.split(","):
+        for name in filter(None, args.models.split(",")):
             path = model_path(name)
             engines, config = {}, {}
             for backend in args.backends.split(","):
@@ -296,12 +477,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sweep.pool.terminate()
         stop()
-        if args.md and sweep.rows:  # what was measured, also when a later level failed
-            _append(args, notes, sweep.rows)
+        if args.md and (sweep.rows or hop_rows):  # what was measured, also when a level failed
+            _append(args, notes, sweep.rows, hop_rows)
     return 0
 
 
-def _append(args, notes: list[str], rows: list[dict]) -> None:
+def _append(args, notes: list[str], rows: list[dict], hop_rows: list[str]) -> None:
     import ray
 
     import pyforge
@@ -319,6 +500,7 @@ def _append(args, notes: list[str], rows: list[dict]) -> None:
         "",
         "    python benchmarks/serve_sweep.py " + " ".join(sys.argv[1:]),
         "",
+        *([HOPS_HEADER, *hop_rows, ""] if hop_rows else []),
         HEADER,
         *(_fmt(r) for r in rows),
         "",

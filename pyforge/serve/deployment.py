@@ -55,6 +55,10 @@ class _Metrics:
         self.queue = pc.Gauge(
             "pyforge_queue_depth", "requests in this replica", registry=self.registry
         )
+        self.padded = pc.Counter(
+            "pyforge_padded_rows", "rows run as padding to a plan size", registry=self.registry
+        )
+        pc.ProcessCollector(registry=self.registry)  # the replica's cpu seconds and memory
 
     def text(self) -> bytes:
         import prometheus_client as pc
@@ -63,27 +67,64 @@ class _Metrics:
 
 
 class ModelServer:
-    """One replica: the model, its dynamic batcher and the HTTP routes."""
+    """One replica: the model, its dynamic batcher and the HTTP routes.
+
+    The batcher: requests that arrive while the model runs queue; when it frees, all of them
+    (up to the largest plan) run as the next batch. A lone request on an idle replica runs at
+    once, so batches grow with the load instead of waiting on a timer (``batch_wait_ms`` adds a
+    wait before a batch that is not full). Ray's ``serve.batch`` forms each batch when its timer
+    ends, model busy or not: a 10 ms wait on every lone request, and under load many small
+    batches queued behind the running one."""
 
     def __init__(self, model: str, config: dict):
         self.config = ServeConfig(**config)
         c = self.config
         self.engine = Engine(model, c.backend, c.max_batch_size, c.target, c.threads)
         self.engine.warm_up(example_inputs(self.engine, free=c.warm_length))
-        self._batched.set_max_batch_size(max(self.engine.sizes))
-        self._batched.set_batch_wait_timeout_s(c.batch_wait_ms / 1000)
         self.metrics = _Metrics()
+        self._pending: list[tuple[dict, asyncio.Future]] = []
+        self._busy = False
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
-    async def _batched(self, requests: list[dict]) -> list[dict]:
-        self.metrics.batch.observe(len(requests))
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.engine.batch_predict, requests
-        )
+    async def _batched(self, request: dict) -> tuple[dict, tuple]:
+        """``request``'s outputs and (batch start, end, size) of the batch it ran in."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.append((request, future))
+        if not self._busy:
+            self._busy = True
+            self._drainer = loop.create_task(self._drain())  # held: a task is weakly referenced
+        return await future
+
+    async def _drain(self) -> None:
+        loop, top = asyncio.get_running_loop(), self.engine.sizes[-1]
+        try:
+            while self._pending:
+                if self.config.batch_wait_ms and len(self._pending) < top:
+                    await asyncio.sleep(self.config.batch_wait_ms / 1000)
+                batch = [(r, f) for r, f in self._pending[:top] if not f.done()]  # not cancelled
+                del self._pending[:top]
+                if not batch:
+                    continue
+                self.metrics.batch.observe(len(batch))
+                padded, t0 = self.engine.padded_rows, time.perf_counter()
+                try:
+                    outs = await loop.run_in_executor(
+                        None, self.engine.batch_predict, [r for r, _ in batch]
+                    )
+                except Exception as e:  # noqa: BLE001  (each request of the batch hears it)
+                    for _, f in batch:
+                        f.done() or f.set_exception(e)
+                    continue
+                self.metrics.padded.inc(self.engine.padded_rows - padded)
+                timing = (t0, time.perf_counter(), len(batch))
+                for (_, f), out in zip(batch, outs):
+                    f.done() or f.set_result((out, timing))
+        finally:
+            self._busy = False
 
     async def predict(self, inputs) -> dict:
         """One request through the batcher (for ``DeploymentHandle`` callers)."""
-        return await self._batched(self.engine.check(inputs))
+        return (await self._batched(self.engine.check(inputs)))[0]
 
     async def batch_predict(self, requests: list) -> list[dict]:
         """Several requests at once, batched together, past the batcher."""
@@ -118,16 +159,30 @@ class ModelServer:
         limit = self.config.max_body_bytes
         if int(request.headers.get("content-length") or 0) > limit:
             return _error(413, f"body over the limit of {limit:,} bytes")
+        at, t0 = time.time(), time.perf_counter()
         body = await request.body()
         if len(body) > limit:
             return _error(413, f"body over the limit of {limit:,} bytes")
         kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        t1 = time.perf_counter()
         try:
             inputs, cast = _decode(kind, body, self.engine.input_names)
-            outputs = await self._batched(self.engine.check(inputs, cast=cast))
+            checked = self.engine.check(inputs, cast=cast)
+            t2 = time.perf_counter()
+            outputs, (b0, b1, n) = await self._batched(checked)
         except errors.PyforgeError as e:
             return _error(400, str(e), type(e).__name__)
-        return _encode(kind, outputs)
+        t3 = time.perf_counter()
+        response = _encode(kind, outputs)
+        # where a request's time went, in ms: the sweep's --hops reads it; "at" is the wall
+        # clock at arrival, so a client on this machine can tell the hops before and after
+        spans = {"read": t1 - t0, "decode": t2 - t1, "queue": b0 - t2, "model": b1 - b0,
+                 "reply": t3 - b1, "encode": time.perf_counter() - t3}  # fmt: skip
+        timing = [f"{k};dur={v * 1e3:.3f}" for k, v in spans.items()]
+        response.headers["server-timing"] = ", ".join(
+            [*timing, f"batch;desc={n}", f"at;desc={at:.6f}"]
+        )
+        return response
 
 
 def _decode(kind: str, body: bytes, names: list[str]) -> tuple[dict, bool]:

@@ -1,0 +1,69 @@
+"""The replica's batcher without a server: a lone request runs at once, the requests that arrive
+while the model runs form the next batch (up to the largest plan), every answer is its own
+request's, and an error in a batch reaches each of its requests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from pyforge import errors
+from pyforge.serve.engine import example_inputs
+from tests.helpers import ATOL, RTOL
+
+from .common import mlp_path
+
+pytest.importorskip("ray.serve")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from pyforge.serve.deployment import ModelServer
+
+    path = mlp_path(tmp_path_factory.mktemp("batcher"))
+    return ModelServer(path, {"backend": "ort", "max_batch_size": 4, "cpus_per_replica": 0.5})
+
+
+def test_batches_form_from_what_queues_while_the_model_runs(server, monkeypatch):
+    sizes: list[int] = []
+    run = server.engine.batch_predict
+
+    def slow(requests):
+        sizes.append(len(requests))
+        time.sleep(0.2)  # the model busy: what arrives meanwhile waits for the next batch
+        return run(requests)
+
+    monkeypatch.setattr(server.engine, "batch_predict", slow)
+    xs = [example_inputs(server.engine, seed=40 + i, rows=1 + i % 3)["x"] for i in range(7)]
+
+    async def drive():
+        first = asyncio.create_task(server._batched({"x": xs[0]}))
+        await asyncio.sleep(0.05)  # the first batch (of one) is running
+        rest = [server._batched({"x": x}) for x in xs[1:]]
+        return [await first, *await asyncio.gather(*rest)]
+
+    answers = asyncio.run(drive())
+    assert sizes == [1, 4, 2]  # then the six queued: the largest plan (4), then the other 2
+    assert [n for _, (_, _, n) in answers] == [1, 4, 4, 4, 4, 2, 2]
+    for x, (out, _) in zip(xs, answers):
+        want = server.engine.predict({"x": x})["y"]
+        np.testing.assert_allclose(out["y"], want, rtol=RTOL, atol=ATOL)
+
+
+def test_an_error_in_a_batch_reaches_each_request(server, monkeypatch):
+    def broken(requests):
+        raise errors.InputError("the model refused the batch")
+
+    monkeypatch.setattr(server.engine, "batch_predict", broken)
+    x = example_inputs(server.engine, seed=9)["x"]
+
+    async def drive():
+        calls = [server._batched({"x": x}) for _ in range(3)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    got = asyncio.run(drive())
+    assert len(got) == 3 and all(isinstance(e, errors.InputError) for e in got)
+    assert not server._busy and not server._pending

@@ -77,24 +77,51 @@ def _variants(base: str, heads: int, hidden: int) -> list[Entry]:
     ]  # fmt: skip
 
 
-def _torch_module(make, name: str, shape: tuple[int, ...], out: str, axes: dict):
-    """A builder for a one-input torch module made by make(): small random weights where init
-    left zeros, BatchNorm statistics from random batches (batch 4 of shape[1:])."""
+def _torch_module(make, names: tuple[str, ...], shape: tuple[int, ...], out: str, axes: dict):
+    """A builder for a torch module made by make(), its inputs `names`, each of `shape`: small
+    random weights where init left zeros, BatchNorm statistics from random batches of 4."""
 
     def build(path: Path) -> None:
         cm.need("torch", "torchvision")
         import torch
 
         torch.manual_seed(0)
-        net = make()
+        net = make(torch)
         gen = torch.Generator().manual_seed(1)
-        cm._randomise(net, [torch.randn(4, *shape[1:], generator=gen) for _ in range(3)])
+
+        class Tupled(torch.nn.Module):  # _randomise calls net(batch) with one argument
+            def __init__(self):
+                super().__init__()
+                self.net = net
+
+            def forward(self, xs):
+                return self.net(*xs)
+
+        batches = [[torch.randn(4, *shape[1:], generator=gen) for _ in names] for _ in range(3)]
+        cm._randomise(Tupled(), batches)
         torch.onnx.export(
-            net, (torch.randn(*shape, generator=gen),), str(path), input_names=[name],
-            output_names=[out], dynamic_axes=axes, opset_version=cm.OPSET, dynamo=False,
+            net, tuple(torch.randn(*shape, generator=gen) for _ in names), str(path),
+            input_names=list(names), output_names=[out], dynamic_axes=axes,
+            opset_version=cm.OPSET, dynamo=False,
         )  # fmt: skip
 
     return build
+
+
+def _raft_small(torch):
+    import torchvision
+
+    raft = torchvision.models.optical_flow.raft_small(weights=None)
+
+    class TwoUpdates(torch.nn.Module):  # the flow after 2 refinement steps (12 by default)
+        def __init__(self):
+            super().__init__()
+            self.raft = raft
+
+        def forward(self, image1, image2):
+            return self.raft(image1, image2, num_flow_updates=2)[-1]
+
+    return TwoUpdates()
 
 
 def _ssdlite(path: Path) -> None:
@@ -115,6 +142,60 @@ def _ssdlite(path: Path) -> None:
     torch.onnx.export(
         net, ([torch.rand(3, 320, 320, generator=gen)],), str(path), input_names=["image"],
         output_names=outs, dynamic_axes=axes, opset_version=cm.OPSET, dynamo=False,
+    )  # fmt: skip
+
+
+def _marian_decoder_past(path: Path) -> None:
+    """A 2-layer Marian decoder step with past: new tokens, the encoder's states and mask, the
+    self-attention past (grows) and the cross-attention keys/values (fixed) of each layer."""
+    cm.need("torch", "transformers")
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.MarianConfig(
+        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+        pad_token_id=1, decoder_start_token_id=1,
+    )  # fmt: skip
+    net = transformers.MarianMTModel._from_config(config, attn_implementation="eager").eval()
+    cm._init_small(net)
+    layers, kinds = 2, ("self_key", "self_value", "cross_key", "cross_value")
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask, *past):
+            own, cross = transformers.DynamicCache(), transformers.DynamicCache()
+            for i in range(layers):
+                k = past[4 * i : 4 * i + 4]
+                own.update(k[0], k[1], i)
+                cross.update(k[2], k[3], i)
+            out = self.net.model.decoder(
+                input_ids=input_ids, encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask, use_cache=True,
+                past_key_values=transformers.EncoderDecoderCache(own, cross), return_dict=True,
+            )  # fmt: skip
+            logits = self.net.lm_head(out.last_hidden_state) + self.net.final_logits_bias
+            own = out.past_key_values.self_attention_cache.layers
+            return (logits, *(t for i in range(layers) for t in (own[i].keys, own[i].values)))
+
+    past = [f"past_{k}_{i}" for i in range(layers) for k in kinds]
+    present = [f"present_{k}_{i}" for i in range(layers) for k in kinds[:2]]
+    names = ["input_ids", "encoder_hidden_states", "encoder_attention_mask", *past]
+    axes = _axes(("input_ids", "batch", "seq"), ("encoder_hidden_states", "batch", "enc"),
+                 ("encoder_attention_mask", "batch", "enc"), ("logits", "batch", "seq"))  # fmt: skip
+    axes |= {n: {0: "batch", 2: "past" if "self" in n else "enc"} for n in past}
+    axes |= {n: {0: "batch", 2: "total"} for n in present}
+    args = (
+        torch.randint(2, 100, (1, 1)), torch.randn(1, 6, 64), torch.ones(1, 6, dtype=torch.int64),
+        *(torch.randn(1, 4, 6 if "cross" in n else 3, 16) for n in past),
+    )  # fmt: skip
+    torch.onnx.export(
+        Step(), args, str(path), input_names=names, output_names=["logits", *present],
+        dynamic_axes=axes, opset_version=cm.OPSET, dynamo=False,
     )  # fmt: skip
 
 
@@ -157,15 +238,18 @@ def _new_entries() -> list[Entry]:
           for a in ("mnasnet1_0", "mobilenet_v3_large")]  # fmt: skip
     lraspp = cm.torchvision_builder("lraspp_mobilenet_v3_large", kind="segmentation")
     video = _torch_module(
-        lambda: __import__("torchvision.models.video").models.video.r3d_18(weights=None),
-        "video", (1, 3, 8, 64, 64), "logits", _axes(("video", "batch"), ("logits", "batch")),
+        lambda t: __import__("torchvision.models.video").models.video.r3d_18(weights=None),
+        ("video",), (1, 3, 8, 64, 64), "logits", _axes(("video", "batch"), ("logits", "batch")),
     )  # fmt: skip
+    flow_axes = _axes(("image1", "batch"), ("image2", "batch"), ("flow", "batch"))
+    raft = _torch_module(_raft_small, ("image1", "image2"), (1, 3, 128, 128), "flow", flow_axes)
     tv += [
         Entry("lraspp_mobilenet_v3_large", "torchvision", lraspp,
               ({"height": 224, "width": 224}, {"height": 192, "width": 256})),
         Entry("ssdlite320_mobilenet_v3_large", "torchvision", _ssdlite,
               ({"height": 320, "width": 320}, {"height": 240, "width": 320})),
         Entry("r3d_18", "torchvision (8 frames of 64x64)", video, CLS),
+        Entry("raft_small", "torchvision (2 flow updates, 128x128)", raft, CLS),
     ]  # fmt: skip
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=128, vocab_size=1000)  # fmt: skip
@@ -242,6 +326,9 @@ def _new_entries() -> list[Entry]:
                    position_buckets=32, pos_att_type=["p2c", "c2p"]), TEXT, 1000),
         Entry("bart_small", "transformers (random init, encoder-decoder)", bart,
               ({"batch": 1, "seq": 16, "dec": 5}, {"batch": 2, "seq": 24, "dec": 7}), 1000),
+        Entry("marian_decoder_past", "transformers (random init, decoder step with past)",
+              _marian_decoder_past, ({"batch": 1, "seq": 1, "enc": 9, "past": 5},
+                                     {"batch": 2, "seq": 2, "enc": 12, "past": 7}), 1000),
         Entry("wav2vec2_small", "transformers (random init)", wav2vec2,
               ({"batch": 1, "samples": 4000}, {"batch": 2, "samples": 3200})),
         Entry("clip_small", "transformers (random init, text + vision)", clip,
@@ -254,7 +341,22 @@ def _new_entries() -> list[Entry]:
         Entry("qwen2_tiny", "transformers (random init; GQA 4/1)",
               lm("Qwen2ForCausalLM", "Qwen2Config", num_key_value_heads=1), TEXT, 1000),
     ]  # fmt: skip
-    return tv + hf
+    ocr, d = "rapidocr-onnxruntime", "p2o.DynamicDimension."
+    wheels = [
+        Entry("nudenet_320n", "PyPI wheel nudenet (trained YOLOv8n)", _wheel_file("nudenet", "320n.onnx"),
+              ({"batch": 1, "height": 320, "width": 320}, {"batch": 2, "height": 256, "width": 320})),
+        Entry("ppocr_v4_det", "PyPI wheel rapidocr-onnxruntime (trained PP-OCRv4 det)",
+              _wheel_file(ocr, "ch_PP-OCRv4_det_infer.onnx"),
+              ({d + "0": 1, d + "1": 320, d + "2": 320}, {d + "0": 2, d + "1": 256, d + "2": 384})),
+        Entry("ppocr_v4_rec", "PyPI wheel rapidocr-onnxruntime (trained PP-OCRv4 rec)",
+              _wheel_file(ocr, "ch_PP-OCRv4_rec_infer.onnx"),
+              ({d + "0": 1, "?": 48, d + "1": 320}, {d + "0": 2, "?": 48, d + "1": 160})),
+    ]  # fmt: skip
+    return tv + hf + wheels
+
+
+def _wheel_file(dist: str, suffix: str):
+    return lambda path: path.write_bytes(cm._package_file(dist, suffix).read_bytes())
 
 
 def _base_entries() -> list[Entry]:

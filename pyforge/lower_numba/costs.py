@@ -44,6 +44,8 @@ def candidate_graph(kind: str, shapes: tuple, dtype: str) -> tuple[Graph, float,
     """The one-kernel graph ``kind`` names, with its FLOPs and bytes moved (analytic terms)."""
     rng = np.random.default_rng(0)
     g, dt = Graph(kind), np.dtype(dtype)
+    if kind == "group":  # a fused GEMM group as opt/egraph/impl.py describes it (``spec``)
+        return _group_graph(g, shapes[0], rng)
     x = Value("x", tuple(shapes[0]), dt)
     g.inputs.append(x)
     if kind == "gemm_bias":  # MatMul + bias Add: one GEMM with its epilogue once fused
@@ -73,15 +75,42 @@ def candidate_graph(kind: str, shapes: tuple, dtype: str) -> tuple[Graph, float,
     raise ValueError(f"no candidate kernel {kind!r}")
 
 
+def _group_graph(g: Graph, spec: list, rng) -> tuple[Graph, float, float]:
+    """Members ``[op, attrs, refs, shape, dtype]`` in order; a ref is a member's index, None,
+    ``["x", shape, dtype]`` (an input) or ``["c", shape, dtype(, values)]`` (a constant)."""
+    made: list[Value] = []
+    for i, (op, attrs, refs, shape, dtype) in enumerate(spec):
+        ins: list[Value | None] = []
+        for r in refs:
+            if r is None or isinstance(r, int):
+                ins.append(None if r is None else made[r])
+            elif r[0] == "c":
+                a = rng.standard_normal(r[1]) if len(r) == 3 else np.array(r[3]).reshape(r[1])
+                ins.append(g.constant(a.astype(r[2]), "c"))
+            else:
+                ins.append(Value(f"x{len(g.inputs)}", tuple(r[1]), np.dtype(r[2])))
+                g.inputs.append(ins[-1])
+        made.append(Value(f"y{i}", tuple(shape), np.dtype(dtype)))
+        g.add_node(Node(op, ins, [made[-1]], dict(attrs), name=f"n{i}"))
+    g.outputs.append(made[-1])
+    w = spec[0][2][1]  # the anchor's weight: K = its size over the output channels
+    k = int(np.prod(w[1])) // max(w[1][0 if spec[0][0] == "Conv" else -1], 1) if w else 1
+    nbytes = sum(v.nbytes for v in g.inputs) + made[-1].nbytes
+    return g, 2.0 * made[0].size * k, float(nbytes)
+
+
 def time_graphs(
-    graphs: list[Graph], make_runtime: Callable[[Any], Any], rounds: int = 30
+    graphs: list[Graph],
+    make_runtime: Callable[..., Any],
+    rounds: int = 30,
+    options: list[dict] | None = None,
 ) -> list[float]:
-    """Least seconds of one run of each graph (fused, lowered, bound) on seeded random inputs,
-    the graphs run in turn round after round, so that all see the same load; on a loaded
-    machine the minimum is the figure least moved by other work."""
+    """Least seconds of one run of each graph (fused, lowered, bound with its ``options``) on
+    seeded random inputs, the graphs run in turn round after round, so that all see the same
+    load; on a loaded machine the minimum is the figure least moved by other work."""
     rng, bound = np.random.default_rng(1), []
-    for graph in graphs:
-        rt = make_runtime(build_plan(lower_graph(fuse_graph(graph))))
+    for graph, opts in zip(graphs, options or [{}] * len(graphs)):
+        rt = make_runtime(build_plan(lower_graph(fuse_graph(graph))), **opts)
         feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
         rt.run(feeds)
         bound.append((rt, feeds))
@@ -119,7 +148,7 @@ class CostModel:
         if key in self.table:
             out = (self.table[key], "cached")
         elif self.make_runtime is None:
-            _, flops, nbytes = candidate_graph(kind, shapes, dtype)
+            _, flops, nbytes = candidate_graph(kind.split("/")[0], shapes, dtype)
             out = (max(flops / PEAK_FLOPS, nbytes / BANDWIDTH), "analytic")
         else:
             self.measure([(kind, shapes, dtype)])
@@ -134,8 +163,10 @@ class CostModel:
         if not todo or self.make_runtime is None:
             return
         base = ("overhead", ((1,),), "float32")
-        graphs = [candidate_graph(*k)[0] for k in [base, *todo]]
-        overhead, *times = time_graphs(graphs, self.make_runtime)
+        kinds = [base, *todo]  # "KIND/blas": bound with own_gemm=False (OpenBLAS runs it)
+        graphs = [candidate_graph(k.split("/")[0], s, d)[0] for k, s, d in kinds]
+        opts = [{"own_gemm": False} if k.endswith("/blas") else {} for k, _, _ in kinds]
+        overhead, *times = time_graphs(graphs, self.make_runtime, options=opts)
         for k, t in zip(todo, times):
             self.table[self._key(*k)] = max(t - overhead, 1e-7)
         self._save()

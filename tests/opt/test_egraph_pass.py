@@ -105,3 +105,64 @@ def test_cost_model_measures_caches_and_falls_back(tmp_path, monkeypatch):
     assert how == "analytic" and est > 0
     with pytest.raises(ValueError, match="no candidate kernel"):
         CostModel("cpu").seconds("conv", shapes, "float32")
+
+
+def gemm_models():
+    """A MatMul + bias + Relu and a 3x3 Conv + Relu, each big enough for own sgemm."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((64, 96)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(96).astype(np.float32), "b")
+    mm = make_model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+            helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+            helper.make_node("Relu", ["a"], ["y"], name="relu"),
+        ],
+        [("x", np.float32, (1, 64, 64))],
+        [("y", np.float32, (1, 64, 96))],
+        [w, b],
+    )
+    k = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "k")
+    conv = make_model(
+        [
+            helper.make_node("Conv", ["x", "k"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"], name="relu"),
+        ],
+        [("x", np.float32, (1, 8, 16, 16))],
+        [("y", np.float32, (1, 16, 16, 16))],
+        [k],
+    )
+    return {"matmul": (mm, (1, 64, 64)), "conv": (conv, (1, 8, 16, 16))}
+
+
+@pytest.mark.parametrize("which", ["matmul", "conv"])
+def test_each_gemm_runs_on_the_implementation_its_measured_cost_picks(tmp_path, monkeypatch, which):
+    """Measured once for real (both implementations), then the cached table is rewritten so that
+    each side in turn is the cheaper: the plan follows it and matches ORT either way."""
+    model, shape = gemm_models()[which]
+    feeds = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
+    monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
+    m = pyforge.compile(model, target="cpu", optimizer="egraph")
+    (g,) = m.details["egraph"].groups
+    assert set(g.alternatives) == {"own", "openblas"}
+    assert {how for _, how in g.alternatives.values()} == {"cached"}  # measured by prefetch
+    table = json.loads((tmp_path / "costs.json").read_text())
+    assert sum("|group/blas|" in k for k in table) == 1 and sum("|group|" in k for k in table) == 1
+    for want, blas_s in (("openblas", 1e-5), ("own", 1e-2)):
+        (tmp_path / "costs.json").write_text(
+            json.dumps({k: blas_s if "|group/blas|" in k else 1e-3 for k in table})
+        )
+        m, _ = check_against_ort(model, feeds, optimizer="egraph")
+        (g,) = m.details["egraph"].groups
+        assert g.chosen == want and g.alternatives[want][1] == "cached"
+        impls = set(m.runtime.gemm_impls.values())
+        assert impls == {"OpenBLAS sgemm" if want == "openblas" else "pyforge sgemm (AVX2)"}
+        assert "1 of 1 other GEMM groups on OpenBLAS" in explain.report(m) or want == "own"
+
+
+def test_a_gemm_too_small_for_own_sgemm_has_no_openblas_alternative(tmp_path, monkeypatch):
+    seed_costs(tmp_path, monkeypatch, apart=3e-4, merged=1e-4)
+    m = pyforge.compile(qkv_model(), target="cpu", optimizer="egraph")
+    rep = m.details["egraph"]
+    assert all(set(g.alternatives) == {"own"} for g in rep.groups)
+    assert rep.saturation.applied == 1  # the merge alone

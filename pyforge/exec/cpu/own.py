@@ -19,6 +19,8 @@ from ..steps import GemmStep, KernelStep
 from . import pack as pk
 from . import sgemm as sg
 
+OPENBLAS = "@openblas"  # in a step's label (its group's name): opt/egraph chose OpenBLAS for it
+
 # every size is read from ``d`` at run time, so steps of one structure share a compiled driver
 _DRIVER = """\
 import sys
@@ -65,6 +67,7 @@ def usable(step: GemmStep, views: dict, constant: bool) -> bool:
         and step.m * step.n * step.k >= 1 << 18
         and (step.alpha == 1.0 or constant)
         and sg.available()
+        and OPENBLAS not in step.label
     )
 
 

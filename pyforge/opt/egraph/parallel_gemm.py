@@ -15,7 +15,8 @@ import numpy as np
 from ...ir import Graph, Node, Value
 from .egraph import EGraph, ENode
 from .extract import SearchLog, branch_and_bound, must_classes
-from .rules import Rule, SaturationReport, saturate
+from .impl import GemmGroup, blas_rules, find_groups, mark_openblas, own_runs
+from .rules import Rule, SaturationReport, Subst, saturate
 
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
 KernelCost = Callable[[str, tuple, str], tuple[float, str]]
@@ -32,6 +33,7 @@ class Region:
 @dataclass
 class Report:
     regions: list[Region]
+    groups: list[GemmGroup] = field(default_factory=list)  # one per fused GEMM group elsewhere
     saturation: SaturationReport | None = None
     searches: list[SearchLog] = field(default_factory=list)  # one per region
     seconds: float = 0.0
@@ -44,7 +46,9 @@ class Report:
             f"{sum(g.pruned for g in s)} pruned by bound, greedy extraction "
             f"{sum(g.greedy_cost for g in s) * 1e3:.3f} ms -> "
             f"{sum(g.incumbents[-1][1] for g in s if g.incumbents) * 1e3:.3f} ms, "
-            f"{sum(g.seconds for g in s) * 1e3:.1f} ms searching, {optimal}"
+            f"{sum(g.seconds for g in s) * 1e3:.1f} ms searching, {optimal}; "
+            f"{sum(g.chosen == 'openblas' for g in self.groups)} of {len(self.groups)} other "
+            "GEMM groups on OpenBLAS"
         )
 
 
@@ -103,6 +107,7 @@ class _Costs:
     def __init__(self, eg: EGraph, leaves: dict[int, tuple], cost: KernelCost):
         self.eg, self.leaves, self.cost = eg, leaves, cost
         self.memo: dict[ENode, tuple[float, str]] = {}
+        self.specs: list[tuple] = []  # a group leaf's payload indexes its spec
 
     def __call__(self, n: ENode) -> float:
         if n not in self.memo:
@@ -116,8 +121,12 @@ class _Costs:
         def shape(c: int) -> tuple:
             return _shape(self.eg, c, self.leaves)
 
-        if n.op == "GemmBias":
-            return "gemm_bias", (shape(n.children[0]), shape(n.children[1])), "float32"
+        if n.op in ("GemmBias", "GemmBiasBlas"):
+            kind = "gemm_bias" + "/blas" * (n.op == "GemmBiasBlas")
+            return kind, (shape(n.children[0]), shape(n.children[1])), "float32"
+        if n.op in ("Gemm", "GemmBlas"):  # a fused GEMM group: its spec is the leaf's payload
+            spec = next(iter(self.eg.nodes(n.children[0]))).payload
+            return "group" + "/blas" * (n.op == "GemmBlas"), (self.specs[spec],), "float32"
         if n.op == "Split":  # back into the parts the merged weight's Concat joined
             g = next(m for m in self.eg.nodes(n.children[0]) if m.op == "GemmBias")
             cat = next(m for m in self.eg.nodes(g.children[1]) if m.op == "Concat")
@@ -143,42 +152,77 @@ def optimise(
     budget: float = 5.0,
     prefetch: Callable[[list[tuple[str, tuple, str]]], None] | None = None,
 ) -> tuple[Graph, Report]:
-    """Choose, per region, GEMMs apart or one merged GEMM and a split; rewrite the graph.
-    ``prefetch(kernels)``, when given, measures every kernel the search may ask for at once
-    (alternated, so the alternatives see the same load) before ``cost`` is asked."""
+    """Choose, per region, GEMMs apart or one merged GEMM and a split, and for every GEMM own
+    sgemm or OpenBLAS; rewrite the graph. ``prefetch(kernels)``, when given, measures every
+    kernel the search may ask for at once (alternated, so the alternatives see the same load)
+    before ``cost`` is asked."""
     t0 = time.perf_counter()
     report = Report(find_regions(graph))
-    if report.regions:
-        eg, leaves, roots = EGraph(), {}, []
+    taken = {id(n) for r in report.regions for pair in r.gemms for n in pair}
+    report.groups = find_groups(graph, taken)
+    eg, leaves, roots = EGraph(), {}, []
+    costs = _Costs(eg, leaves, cost)
 
-        def leaf(v: Value) -> int:
-            c = eg.add(ENode("tensor", payload=v.name))
-            leaves[c] = v.shape
-            return c
+    def leaf(v: Value) -> int:
+        c = eg.add(ENode("tensor", payload=v.name))
+        leaves[c] = v.shape
+        return c
 
-        for r in report.regions:
-            x = leaf(r.x)
-            parts = [(x, leaf(mm.inputs[1]), leaf(_bias(add, mm))) for mm, add in r.gemms]
-            roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode("GemmBias", p)) for p in parts))))
-        report.saturation = saturate(eg, RULES, max_iterations=4)
-        costs, must = _Costs(eg, leaves, cost), must_classes(eg)
+    for r in report.regions:
+        x = leaf(r.x)
+        parts = [(x, leaf(mm.inputs[1]), leaf(_bias(add, mm))) for mm, add in r.gemms]
+        roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode("GemmBias", p)) for p in parts))))
+    for i, g in enumerate(report.groups):
+        costs.specs.append(g.spec)
+        roots.append(eg.add(ENode("Gemm", (eg.add(ENode("group", payload=i)),))))
+
+    def own_would_run(eg: EGraph, s: Subst) -> bool:
+        if "?g" in s:
+            return own_runs(*report.groups[next(iter(eg.nodes(s["?g"]))).payload].mnk)
+        x, w = _shape(eg, s["?x"], leaves), _shape(eg, s["?w"], leaves)
+        return own_runs(int(np.prod(x[:-1])), w[-1], w[0])
+
+    if roots:
+        rules = RULES + blas_rules(own_would_run)
+        report.saturation = saturate(eg, rules, max_iterations=6)
+        must = must_classes(eg)
         if prefetch is not None:
             reqs = {costs.request(n) for ns in eg.classes.values() for n in ns}
-            prefetch(sorted(r for r in reqs if r is not None))
-        for r, root in zip(report.regions, roots):
-            # regions share no e-class, so each is searched alone: the optima add up
-            found = branch_and_bound(eg, root, costs, budget / len(roots), must=must)
-            report.searches.append(found.log)
-            for n in sorted(eg.nodes(root), key=lambda n: n.op):  # apart, then merged
-                r.alternatives["merged" if n.op == "Split" else "apart"] = costs.total(n)
-            r.chosen = "merged" if found.choice[eg.find(root)].op == "Split" else "apart"
-            if r.chosen == "merged":
-                _merge(graph, r)
+            prefetch(sorted((r for r in reqs if r is not None), key=repr))
+    choice: dict[int, ENode] = {}
+    for root in roots:
+        # regions and groups share no e-class, so each is searched alone: the optima add up
+        found = branch_and_bound(eg, root, costs, budget / len(roots), must=must)
+        report.searches.append(found.log)
+        choice.update(found.choice)
+    blas: list[Node] = []
+    for r, root in zip(report.regions, roots):
+        for n in sorted(eg.nodes(root), key=lambda n: n.op):  # apart, then merged
+            r.alternatives["merged" if n.op == "Split" else "apart"] = costs.total(n)
+        top = choice[eg.find(root)]
+        r.chosen = "merged" if top.op == "Split" else "apart"
+        if r.chosen == "merged":
+            merged = _merge(graph, r)
+            if choice[eg.find(top.children[0])].op == "GemmBiasBlas":
+                blas.append(merged)
+        else:
+            blas += [mm for (mm, _), c in zip(r.gemms, top.children) if _blas(choice, eg, c)]
+    for g, root in zip(report.groups, roots[len(report.regions) :]):
+        for n in eg.nodes(root):
+            g.alternatives["openblas" if n.op == "GemmBlas" else "own"] = costs.total(n)
+        if choice[eg.find(root)].op == "GemmBlas":
+            g.chosen = "openblas"
+            blas.append(g.members[0])
+    mark_openblas(blas)
     report.seconds = time.perf_counter() - t0
     return graph, report
 
 
-def _merge(graph: Graph, r: Region) -> None:
+def _blas(choice: dict[int, ENode], eg: EGraph, c: int) -> bool:
+    return choice[eg.find(c)].op == "GemmBiasBlas"
+
+
+def _merge(graph: Graph, r: Region) -> Node:
     """One MatMul over the weights side by side, one bias Add, one Split node per part."""
     mms, adds = [m for m, _ in r.gemms], [a for _, a in r.gemms]
     w = graph.constant(np.concatenate([m.inputs[1].const for m in mms], axis=1), "merged_w")
@@ -204,3 +248,4 @@ def _merge(graph: Graph, r: Region) -> None:
     graph.nodes = [n for n in graph.nodes if id(n) not in gone]
     for k, n in enumerate(new):
         graph.add_node(n, at + k)
+    return new[0]

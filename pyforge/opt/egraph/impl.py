@@ -1,0 +1,131 @@
+"""Implementation alternatives per GEMM on the cpu: each fused GEMM group (a MatMul, Gemm or
+Conv with its elementwise epilogue, as fusion will group it) runs on pyforge's own AVX2 sgemm
+or on OpenBLAS. The e-class of a group holds ``Gemm`` (own) and, by the rule ``gemm-on-openblas``
+where own sgemm would run it at all, ``GemmBlas``; each is costed by timing the group itself
+(``lower_numba/costs.py``, kind ``group`` or ``group/blas``). A group chosen for OpenBLAS gets
+``exec.cpu.own.OPENBLAS`` in its anchor's name, which its GEMM step's label carries to the
+runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...exec.cpu.own import OPENBLAS
+from ...exec.cpu.sgemm import MR, NR
+from ...ir import Graph, Node
+from ...ops.registry import kind_of
+from ..fusion import _partition
+from .egraph import EGraph
+from .rules import Rule, Subst
+
+
+@dataclass
+class GemmGroup:
+    members: list[Node]
+    spec: tuple  # what costs.py rebuilds and times: [op, attrs, refs, shape, dtype] per member
+    mnk: tuple[int, int, int]
+    alternatives: dict[str, tuple[float, str]] = field(default_factory=dict)
+    chosen: str = "own"
+
+
+def _plain(v):
+    """``v`` as hashable plain data (what a cost key's json and a graph's attrs both take)."""
+    if isinstance(v, np.ndarray):
+        return _plain(v.tolist())
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(x) for x in v)
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return v
+    raise TypeError(type(v).__name__)
+
+
+def _spec(members: list[Node]) -> tuple | None:
+    """The group as data; None where it cannot be rebuilt alone (several outputs, odd attrs)."""
+    made: dict[int, int] = {}
+    out = []
+    for i, m in enumerate(members):
+        if len(m.outputs) != 1:
+            return None
+        refs: list = []
+        for v in m.inputs:
+            if v is None or id(v) in made:
+                refs.append(None if v is None else made[id(v)])
+                continue
+            r = ["c" if v.const is not None else "x", list(v.shape), v.dtype.str]
+            if v.const is not None and v.const.size <= 8:  # the epilogue's scalars, exactly
+                r.append(v.const.ravel().tolist())
+            refs.append(r)
+        try:
+            attrs = tuple((k, _plain(a)) for k, a in sorted(m.attrs.items()))
+        except TypeError:
+            return None
+        y = m.outputs[0]
+        out.append((m.op, attrs, _plain(refs), y.shape, y.dtype.str))
+        made[id(y)] = i
+    return tuple(out)
+
+
+def _mnk(anchor: Node) -> tuple[int, int, int]:
+    """A GEMM's (m, n, k) as own sgemm sees it: a Conv's output channels by output pixels."""
+    y, w = anchor.outputs[0], anchor.inputs[1]
+    if anchor.op == "Conv":
+        return w.shape[0], int(np.prod(y.shape[2:])), int(np.prod(w.shape[1:]))
+    k = (
+        anchor.inputs[0].shape[-1]
+        if anchor.op == "MatMul"
+        else int(np.prod(w.shape)) // y.shape[-1]
+    )
+    return int(np.prod(y.shape[:-1])), y.shape[-1], k
+
+
+def find_groups(graph: Graph, taken: set[int]) -> list[GemmGroup]:
+    """The float32 GEMM groups fusion will make whose anchor (MatMul, Gemm, Conv) is not in
+    ``taken`` (ids of nodes a parallel-GEMM region decides)."""
+    out = []
+    for members in _partition(graph, True):
+        a = members[0]
+        if kind_of(a.op) != "gemm" or id(a) in taken or a.op not in ("MatMul", "Gemm", "Conv"):
+            continue
+        if (
+            a.outputs[0].dtype != np.float32
+            or len(a.inputs) < 2
+            or a.op == "Conv"
+            and a.attr("group", 1) != 1
+        ):
+            continue
+        spec = _spec(members)
+        if spec is not None:
+            out.append(GemmGroup(members, spec, _mnk(a)))
+    return out
+
+
+def own_runs(m: int, n: int, k: int) -> bool:
+    """Own sgemm takes a GEMM this size (exec/cpu/own.usable's size test), so OpenBLAS is an
+    alternative; below it OpenBLAS runs it either way."""
+    return m >= MR and n >= NR and m * n * k >= 1 << 18
+
+
+def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
+    """Each GEMM on OpenBLAS as well, where ``ok``: own sgemm would run it (else the same)."""
+    return [
+        Rule("gemm-on-openblas", ("Gemm", "?g"), ("GemmBlas", "?g"), ok),
+        Rule(
+            "gemm-bias-on-openblas",
+            ("GemmBias", "?x", "?w", "?b"),
+            ("GemmBiasBlas", "?x", "?w", "?b"),
+            ok,
+        ),
+    ]
+
+
+def mark_openblas(nodes: list[Node]) -> None:
+    """Name each GEMM anchor for OpenBLAS: its GEMM step's label (``op name``) carries it."""
+    for n in nodes:
+        if OPENBLAS not in n.name:
+            n.name += OPENBLAS

@@ -23,12 +23,34 @@ from numba import int16 as i16, uint16 as u16, uint32 as u32, uint64 as u64
 
 _CPU = """\
 from numba import njit, prange
-{tiles}
+{tiles}{helpers}
 
 @njit(parallel={parallel}, cache=True, nogil=True)
 def kernel(n, {params}):
 {pre}{loop}
 """
+
+# float32 e**x that LLVM vectorises (Numba's math.exp is one libm call per element, no SVML):
+# x = k ln2 + r (ln2 in two parts), e**r by its degree-7 Taylor polynomial (|r| <= ln2 / 2:
+# about 1e-7 relative), 2**k as two exponent-field halves (so k reaches the subnormals).
+# np.floor: math.floor gives an int64, and that conversion does not vectorise on AVX2.
+FEXP_CPU = """
+
+@njit(inline="always", cache=True, nogil=True)
+def fexp(x):
+    c = min(max(x, f32(-104.0)), f32(88.8))
+    k = np.floor(c * f32(1.4426950408889634) + f32(0.5))
+    r = c - k * f32(0.693359375) - k * f32(-2.1219444e-4)
+    p = f32(1 / 5040)
+    for a in (f32(1 / 720), f32(1 / 120), f32(1 / 24), f32(1 / 6), f32(0.5), f32(1), f32(1)):
+        p = p * r + a
+    ki = np.int32(k)
+    h = ki >> np.int32(1)
+    y = p * np.int32((h + np.int32(127)) << np.int32(23)).view(np.float32)
+    y = y * np.int32((ki - h + np.int32(127)) << np.int32(23)).view(np.float32)
+    return y if x == x else x
+"""
+FEXP_CUDA = "\nfexp = math.exp\n"
 
 # a parallel loop: tiles claimed from an atomic counter (exec/cpu/tiles.py), so a thread kept
 # off its core by another process delays one tile, not its static share of the loop
@@ -374,9 +396,12 @@ class KernelBuilder:
         if parallel:
             loop = _TILED.format(count=count, var=var, body=it)
         tiles = _TILES if parallel else ""
-        cpu = _CPU.format(params=params, parallel=parallel, pre=pre, tiles=tiles, loop=loop)
+        helpers = FEXP_CPU if "fexp(" in loop else ""
+        cpu = _CPU.format(
+            params=params, parallel=parallel, pre=pre, tiles=tiles, loop=loop, helpers=helpers
+        )
         cpu = HEADER + "\n" + cpu
-        cuda = HEADER + "\n" + cuda
+        cuda = HEADER + (FEXP_CUDA if "fexp(" in cuda else "") + "\n" + cuda
         key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
         call = KernelCall(cpu, cuda, key, int(n), list(self.args), self.label, self.inner_value)
         if self.row_block:  # the block's threads share each row's statistics

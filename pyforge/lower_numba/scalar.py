@@ -104,11 +104,22 @@ def _cast(n: Node, x: str, t: str) -> str:
     return f"{t}({x})"
 
 
+def exp(x: str, t: str) -> str:
+    """e**x: float32 through ``fexp`` (emit.FEXP_CPU, a polynomial that vectorises; on cuda
+    math.exp), float64 through math.exp."""
+    return f"fexp({x})" if t == "f32" else f"math.exp({x})"
+
+
+def _sigmoid(x: str, t: str) -> str:
+    # np.true_divide: ``/`` tests for a zero divisor, and the branch keeps the loop scalar
+    return f"np.true_divide({lit(1, t)}, {lit(1, t)} + {exp(f'-{x}', t)})"
+
+
 SCALAR: dict[str, Scalar] = {
     "Relu": lambda n, a, t: f"max({a[0]}, {lit(0, t)})",
-    "Sigmoid": lambda n, a, t: f"({lit(1, t)} / ({lit(1, t)} + math.exp(-{a[0]})))",
+    "Sigmoid": lambda n, a, t: _sigmoid(a[0], t),
     "Tanh": lambda n, a, t: f"math.tanh({a[0]})",
-    "Exp": lambda n, a, t: f"math.exp({a[0]})",
+    "Exp": lambda n, a, t: exp(a[0], t),
     "Log": lambda n, a, t: f"math.log({a[0]})",
     "Sqrt": lambda n, a, t: f"math.sqrt({a[0]})",
     "Neg": lambda n, a, t: f"(-{a[0]})",
@@ -232,7 +243,7 @@ SCALAR.update(
         ),
         "Shrink": _shrink,
         "Swish": lambda n, a, t: (
-            f"({a[0]} / ({lit(1, t)} + math.exp(-{lit(n.attrs['alpha'], t)} * {a[0]})))"
+            f"({a[0]} * {_sigmoid(lit(n.attrs['alpha'], t) + ' * ' + a[0], t)})"
         ),
         "Max": _fold("max"),
         "Min": _fold("min"),

@@ -158,6 +158,7 @@ def build_plan(
         memory_strategy=mem.strategy,
         weights_bytes=len(weights),
         scratch_bytes=max((slots[n].nbytes for n in scratch), default=0),  # if made at all
+        state_bytes=state_bytes,  # kept across calls, one buffer for every plan of a model
     )
     return plan
 

@@ -137,25 +137,27 @@ from pyforge.generate import gemma3
 c = gemma3.Gemma3Config.tiny()
 c = gemma3.Gemma3Config(**{**c.__dict__, "vocab": 64, "layers": 2, "hidden": 32, "ffn": 32, "head_dim": 8})
 w = gemma3.random_weights(c, seed=1)
-ids = [2, 9, 17, 33, 40, 5]
 out = {}
 for target in ("cpu", "cuda"):
-    gen = pyforge.TextGenerator.from_config(c, w, target=target, max_context=12,
-                                            cache="static", prefill_buckets=None)
-    r = gen.generate(ids, max_new_tokens=3)
-    logits = gen.model.predict({"input_ids": np.array([[3]]), "position_ids": np.array([[9]]),
-                                "attention_mask": (np.arange(12) < 10)[None].astype(np.int64)})
-    out[target] = r.tokens, logits["logits"], len(gen.model.stats["plans"])
-    present = logits["present.1.value"]
-    assert getattr(present, "shape", None) == (1, 1, 12, 8), present
-print(out["cpu"][0], out["cuda"][0], out["cuda"][2])
-assert out["cpu"][0] == out["cuda"][0]
+    gen = pyforge.TextGenerator.from_config(c, w, target=target, max_context=10, cache="static",
+                                            prefill_buckets=None)
+    seen, step = [], gen._step
+    gen._step = lambda ids, width: seen.append(step(ids, width)) or seen[-1]
+    tokens = gen.generate([2, 9, 17, 33, 40, 5], max_new_tokens=2).tokens
+    state = gen.model.runtime.state
+    state = state if target == "cpu" else state.copy_to_host()
+    out[target] = tokens, np.array(seen), state.view(np.float32), len(gen.model.stats["plans"])
+print(out["cpu"][0], out["cuda"][0], out["cuda"][3])
+assert out["cpu"][0] == out["cuda"][0] and out["cuda"][3] == 2
 np.testing.assert_allclose(out["cuda"][1], out["cpu"][1], rtol=1e-4, atol=1e-5)
+np.testing.assert_allclose(out["cuda"][2], out["cpu"][2], rtol=1e-4, atol=1e-5)  # the caches
+assert np.abs(out["cpu"][2]).max() > 0
 print("static cache ok")
 """
 
 
 @pytest.mark.sim
+@pytest.mark.slow  # 2 steps of 2 layers simulated: 20-50 s on a loaded 2-core host
 def test_static_cache_on_cuda_in_the_simulator():
     """The cuda runtime's state buffer (step mode: the simulator captures no graph) gives the
     cpu's tokens and logits."""
@@ -258,3 +260,30 @@ def test_a_saved_state_plan_loads_strictly(tmp_path):
         (tmp_path / "bad" / "plan.json").write_text(json.dumps(meta))
         with pytest.raises(ModelLoadError, match=match):
             pyforge.load(tmp_path / "bad", target="cpu")
+
+
+@pytest.mark.slow
+def test_the_in_place_scatter_compiles_to_ptx(config, weights, tmp_path):
+    """The cuda plan of the static decoder: its ScatterND kernels write present over past (no
+    copy loop) and compile to sm_90 PTX."""
+    from tests.lower_numba.test_ptx import _ptx_available, _ptx_of
+
+    if not _ptx_available():
+        pytest.skip("no numba-cuda with NVVM/NVRTC ([cuda] extra) to compile PTX")
+    from pyforge.compiler import compile_to_plan
+    from pyforge.options import CompileOptions
+
+    proto = gemma3.build_decoder(
+        config, weights, logits="last", max_context=CONTEXT, cache="static"
+    )
+    shapes = {"input_ids": (1, 1), "position_ids": (1, 1)}
+    opts = CompileOptions(state=gemma3.state_map(config), input_shapes=shapes).resolve("cuda")
+    plan, _ = compile_to_plan(proto, opts)
+    scatters = [s for s in plan.steps if s.label.startswith("ScatterND")]
+    assert len(scatters) == 2 * config.layers
+    for step in scatters:
+        (_, out), (_, data) = step.args[:2]  # kernel parameters t0 and t1
+        assert plan.slots[data] == plan.slots[out] and plan.slots[out].region == "state"
+        assert "t1[" not in plan.kernels[step.kernel]["cuda"]  # past is never read: no copy
+    for step in {s.kernel: s for s in scatters}.values():
+        assert _ptx_of(plan, step, tmp_path)

@@ -59,7 +59,7 @@ _TILED = """\
     parts = threads()
     per, tiles, nxt = tiling({count}, parts)
     for _ in prange(parts):
-        t = claim(nxt)
+{setup}        t = claim(nxt)
         while t < tiles:
             for {var} in range(t * per, min({count}, t * per + per)):
 {body}
@@ -174,6 +174,7 @@ class KernelBuilder:
     inner_dims: list = field(default_factory=list)  # int params of the inner run's dims
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
     checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
+    setup: list[str] = field(default_factory=list)  # cpu lines run once per thread (scratch)
     error_word: bool = False  # cuda: the kernel takes an int32 error word ("e" argument)
     row_block: bool = False  # rows split where the caller asked: on cuda one block per row
 
@@ -394,7 +395,10 @@ class KernelBuilder:
             )
         loop = f"    for {var} in prange({count}):\n{it}"
         if parallel:
-            loop = _TILED.format(count=count, var=var, body=it)
+            setup = "".join(f"        {line}\n" for line in self.setup)
+            loop = _TILED.format(count=count, var=var, body=it, setup=setup)
+        else:
+            pre += "".join(f"    {line}\n" for line in self.setup)
         tiles = _TILES if parallel else ""
         helpers = FEXP_CPU if "fexp(" in loop else ""
         cpu = _CPU.format(

@@ -71,8 +71,11 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
     )
     buf, c0, ci, r, s, q, j, wb = (kb.tmp(v) for v in ("pad", "g", "ci", "r", "s", "q", "j", "wb"))
     src, dst, ar = kb.tmp("sx"), kb.tmp("dx"), kb.tmp("ar")
-    _cpu(kb, f"{buf} = np.zeros({cg} * {HP} * {WR}, {t})")
-    _cpu(kb, f"{out} = np.empty({OH} * {OW}, {t})")
+    # once per thread: every plane rewrites the same interior, so the padding stays zero
+    kb.setup += [
+        f"{buf} = np.zeros({cg} * {HP} * {WR}, {t})",
+        f"{out} = np.empty({OH} * {OW}, {t})",
+    ]
     _cpu(kb, f"{c0} = ({co} // {OG}) * {cg}")
     _cpu(kb, f"for {ci} in range({cg}):")
     _cpu(kb, f"for {r} in range({H}):", 1)

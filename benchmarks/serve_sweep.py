@@ -307,10 +307,11 @@ def hops(args, port: int) -> tuple[list[str], list[str]]:
     server.start()
     serve.run(ray_noop_deployment().bind(), name="raynoop", route_prefix="/raynoop")
     path = identity_path()
-    models = {"pyforge": ("pyforge", 0.0), "ort": ("ort", 0.0), "pyforge-wait10": ("pyforge", 10.0)}
-    for name, (backend, wait) in models.items():
+    models = {"pyforge": ("pyforge", 0.0, False), "ort": ("ort", 0.0, False),
+              "pyforge-wait10": ("pyforge", 10.0, False), "pyforge-log": ("pyforge", 0.0, True)}  # fmt: skip
+    for name, (backend, wait, log) in models.items():
         config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
-                             batch_wait_ms=wait, cpus_per_replica=0.5)  # fmt: skip
+                             batch_wait_ms=wait, cpus_per_replica=0.5, access_log=log)  # fmt: skip
         start(
             path, config, host="127.0.0.1", port=port, name=f"id-{name}", route_prefix=f"/id-{name}"
         )
@@ -318,8 +319,8 @@ def hops(args, port: int) -> tuple[list[str], list[str]]:
         "aiohttp no-op, no Ray (client + loopback floor)": (plain, "/"),
         "Ray's own no-op deployment": (port, "/raynoop"),
         "our no-op deployment (reads the body)": (port, "/noop"),
-        **{f"identity model, {n} backend{', batch wait 10 ms' if w else ''}": (port, f"/id-{n}/predict")
-           for n, (_, w) in models.items()},
+        **{f"identity model, {b}{', batch wait 10 ms' if w else ''}{', access log on' if log else ''}":
+           (port, f"/id-{n}/predict") for n, (b, w, log) in models.items()},
     }  # fmt: skip
     x = np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)
     body, kind = encode({"x": x})
@@ -407,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=2, help="client processes")
     ap.add_argument("--max-batch-size", type=int, default=32)
     ap.add_argument("--batch-wait-ms", type=float, default=0.0)
+    ap.add_argument("--access-log", action="store_true", help="Serve's log line per request")
     ap.add_argument("--hops", type=int, default=0, help="first: this many requests per endpoint "
                     "at concurrency 1, where each no-op request's time goes (see hops())")  # fmt: skip
     ap.add_argument("--seq", type=int, default=32, help="sequence length of text models")
@@ -425,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     notes, hop_rows = [], []
     try:
         init_ray(num_cpus=8)
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        logs = {"enable_access_log": args.access_log}  # the proxy's
+        serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=logs)
         serve.run(noop_deployment().bind(), name="noop", route_prefix="/noop")
         if args.hops:
             hop_rows, hop_notes = hops(args, port)
@@ -438,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             engines, config = {}, {}
             for backend in args.backends.split(","):
                 config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
-                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq)  # fmt: skip
+                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log)  # fmt: skip
                 start(
                     path,
                     config,

@@ -29,6 +29,7 @@ def add_commands(sub) -> None:
                    help="MODEL is a decoder: POST /generate streams tokens (on for a .gguf)")  # fmt: skip
     p.add_argument("--tokenizer", metavar="MODEL.gguf", help="a decoder ONNX's vocabulary")
     p.add_argument("--max-context", type=int, default=2048, metavar="C")
+    p.add_argument("--access-log", action="store_true", help="Serve's log line per request")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(fn=cmd_serve)
@@ -57,6 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         gpus_per_replica=args.gpus_per_replica,
         max_context=args.max_context,
         tokenizer=args.tokenizer,
+        access_log=args.access_log,
     )
     generate = args.generate or path.lower().endswith(".gguf")
     config.check()

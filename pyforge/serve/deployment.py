@@ -241,6 +241,7 @@ def deployment(config: ServeConfig, name: str = "pyforge"):
         graceful_shutdown_timeout_s=10,
         graceful_shutdown_wait_loop_s=0.5,
         health_check_period_s=2,
+        logging_config=c.logging(),
     )
 
 
@@ -260,7 +261,7 @@ def start(
     config = config or ServeConfig(**fields)
     config.check()
     init_ray(num_cpus)
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port}, logging_config=config.logging())
     app = deployment(config, name).bind(os.path.abspath(model), asdict(config))
     return serve.run(app, name=name, route_prefix=route_prefix)
 

@@ -67,6 +67,11 @@ class ServeConfig:
     warm_length: int = 16  # free dims after the batch (sequence length) in the warm-up plans
     max_context: int = 2048  # a decoder's (for /generate)
     tokenizer: str | None = None  # an ONNX decoder's: a GGUF file holding its vocabulary
+    access_log: bool = False  # Serve's line per request in the proxy and replica logs
+
+    def logging(self) -> dict:
+        """Serve's ``logging_config`` for the proxy and the replicas."""
+        return {"enable_access_log": self.access_log}
 
     def check(self) -> None:
         """An ``OptionError`` naming the first bad field."""

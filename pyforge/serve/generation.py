@@ -141,7 +141,7 @@ def start_generator(
     config = config or ServeConfig(**fields)
     config.check()
     init_ray(num_cpus)
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port}, logging_config=config.logging())
     c = config
     app = serve.deployment(GeneratorServer, name=name).options(
         num_replicas=c.replicas,
@@ -150,6 +150,7 @@ def start_generator(
         max_queued_requests=c.max_queued,
         graceful_shutdown_timeout_s=60,
         health_check_period_s=2,
+        logging_config=c.logging(),
     )
     bound = app.bind(os.path.abspath(model), asdict(config))
     return serve.run(bound, name=name, route_prefix=route_prefix)

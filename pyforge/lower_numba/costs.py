@@ -60,9 +60,10 @@ def candidate_graph(kind: str, shapes: tuple, dtype: str) -> tuple[Graph, float,
         rows = x.size // k
         return g, 2.0 * rows * k * n, float(x.nbytes + w.nbytes + 2 * y.nbytes)
     if kind == "split":  # the last axis cut into parts: one copy kernel per part
-        parts, axis = shapes[1], len(x.shape) - 1
+        parts = shapes[1]
+        axis = shapes[2] if len(shapes) > 2 else len(x.shape) - 1
         for i, p in enumerate(parts):
-            o = Value(f"y{i}", x.shape[:-1] + (p,), dt)
+            o = Value(f"y{i}", x.shape[:axis] + (p,) + x.shape[axis + 1 :], dt)
             attrs = {"axis": axis, "split": list(parts), "output": i}
             g.add_node(Node("Split", [x], [o], attrs, name=f"y{i}"))
             g.outputs.append(o)

@@ -136,6 +136,26 @@ def gemm_models():
 
 
 @pytest.mark.parametrize("which", ["matmul", "conv"])
+@pytest.mark.parametrize("blas_s, want", [(1e-5, "openblas"), (1e-2, "own")])
+def test_each_gemm_runs_on_the_implementation_its_cost_picks(monkeypatch, which, blas_s, want):
+    from pyforge.lower_numba import costs as cm
+
+    monkeypatch.setattr(
+        cm.CostModel, "seconds", lambda s, k, *_: (blas_s if "/" in k else 1e-3, "x")
+    )
+    monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
+    model, shape = gemm_models()[which]
+    feeds = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
+    m, _ = check_against_ort(model, feeds, optimizer="egraph")
+    (g,) = m.details["egraph"].groups
+    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"}
+    impls = set(m.runtime.gemm_impls.values())
+    assert impls == {"OpenBLAS sgemm" if want == "openblas" else "pyforge sgemm (AVX2)"}
+    assert m.details["egraph"].predicted == pytest.approx((1e-3, min(1e-3, blas_s)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["matmul", "conv"])
 def test_each_gemm_runs_on_the_implementation_its_measured_cost_picks(tmp_path, monkeypatch, which):
     """Measured once for real (both implementations), then the cached table is rewritten so that
     each side in turn is the cheaper: the plan follows it and matches ORT either way."""
@@ -166,3 +186,52 @@ def test_a_gemm_too_small_for_own_sgemm_has_no_openblas_alternative(tmp_path, mo
     rep = m.details["egraph"]
     assert all(set(g.alternatives) == {"own"} for g in rep.groups)
     assert rep.saturation.applied == 1  # the merge alone
+
+
+def two_convs_model(k: int = 1):
+    """Two convs (k x k, same geometry) with bias Add + Relu reading one tensor, concatenated
+    (an inception block's 1x1 branches)."""
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+    for name, co in (("a", 8), ("b", 16)):
+        w = rng.standard_normal((co, 8, k, k)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{name}"))
+        b = rng.standard_normal((1, co, 1, 1)).astype(np.float32)
+        inits.append(numpy_helper.from_array(b, f"b{name}"))
+        pads = [k // 2] * 4
+        nodes.append(
+            helper.make_node("Conv", ["x", f"w{name}"], [f"c{name}"], f"conv_{name}", pads=pads)
+        )
+        nodes.append(
+            helper.make_node("Add", [f"c{name}", f"b{name}"], [f"a{name}"], name=f"add_{name}")
+        )
+        nodes.append(helper.make_node("Relu", [f"a{name}"], [f"r{name}"], name=f"relu_{name}"))
+    nodes.append(helper.make_node("Concat", ["ra", "rb"], ["y"], name="cat", axis=1))
+    x, y = ("x", np.float32, (1, 8, 12, 12)), ("y", np.float32, (1, 24, 12, 12))
+    return make_model(nodes, [x], [y], inits)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("split_s, want", [(0.0, "merged"), (1e-2, "apart")])
+def test_convs_sharing_an_input_merge_by_their_costs_and_match_ort(monkeypatch, k, split_s, want):
+    from pyforge.lower_numba import costs as cm
+
+    asked = []
+
+    def fake(self, kind, shapes, dtype):  # each conv 1 ms; OpenBLAS never cheaper
+        asked.append((kind, shapes))
+        return (split_s if kind == "split" else 1e-3 + (kind != "group")), "cached"
+
+    monkeypatch.setattr(cm.CostModel, "seconds", fake)
+    monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    m, _ = check_against_ort(two_convs_model(k), feeds, optimizer="egraph")
+    (r,) = m.details["egraph"].regions
+    assert r.chosen == want and [mm.op for mm, _ in r.gemms] == ["Conv", "Conv"]
+    convs = [n for n in m.details["graph"].nodes if n.group and n.group.members[0].op == "Conv"]
+    assert len(convs) == (1 if want == "merged" else 2)
+    # the spec each conv is costed by rebuilds to the conv it stands for
+    specs = [s[0] for kind, s in asked if kind == "group"]
+    outs = {cm.candidate_graph("group", (s,), "float32")[0].outputs[0].shape for s in specs}
+    assert outs == {(1, 8, 12, 12), (1, 16, 12, 12), (1, 24, 12, 12)}
+    assert ("split", ((1, 24, 12, 12), (8, 16), 1)) in asked

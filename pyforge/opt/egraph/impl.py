@@ -115,12 +115,9 @@ def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
     """Each GEMM on OpenBLAS as well, where ``ok``: own sgemm would run it (else the same)."""
     return [
         Rule("gemm-on-openblas", ("Gemm", "?g"), ("GemmBlas", "?g"), ok),
-        Rule(
-            "gemm-bias-on-openblas",
-            ("GemmBias", "?x", "?w", "?b"),
-            ("GemmBiasBlas", "?x", "?w", "?b"),
-            ok,
-        ),
+    ] + [
+        Rule(f"{op}-on-openblas", (op, "?x", "?w", "?b"), (f"{op}Blas", "?x", "?w", "?b"), ok)
+        for op in ("GemmBias", "ConvBias")
     ]
 
 

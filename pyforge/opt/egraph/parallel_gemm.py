@@ -15,7 +15,7 @@ import numpy as np
 from ...ir import Graph, Node, Value
 from .egraph import EGraph, ENode
 from .extract import SearchLog, branch_and_bound, must_classes
-from .impl import GemmGroup, blas_rules, find_groups, mark_openblas, own_runs
+from .impl import GemmGroup, _plain, blas_rules, find_groups, mark_openblas, own_runs
 from .rules import Rule, SaturationReport, Subst, saturate
 
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
@@ -37,6 +37,7 @@ class Report:
     saturation: SaturationReport | None = None
     searches: list[SearchLog] = field(default_factory=list)  # one per region
     seconds: float = 0.0
+    predicted: tuple[float, float] = (0.0, 0.0)  # simulated seconds: greedy's plan, the chosen
 
     def search_line(self) -> str:
         s = self.searches
@@ -56,37 +57,54 @@ def _bias(add: Node, mm: Node) -> Value | None:
     other = [v for v in add.inputs if v is not mm.outputs[0]]
     if add.op != "Add" or len(other) != 1 or other[0].const is None:
         return None
-    b = other[0]
-    n = mm.outputs[0].shape[-1]
-    return b if b.shape == (n,) and add.outputs[0].shape == mm.outputs[0].shape else None
+    b, y = other[0], mm.outputs[0]
+    want = (1, y.shape[1], 1, 1) if mm.op == "Conv" else (y.shape[-1],)  # per output channel
+    return b if b.shape == want and add.outputs[0].shape == y.shape else None
+
+
+_GEOMETRY = ("dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def _key(mm: Node) -> tuple:
+    """What GEMMs must share to be merged: their input and, for convs, the window geometry."""
+    if mm.op == "MatMul":
+        return (id(mm.inputs[0]),)
+    return (id(mm.inputs[0]), mm.inputs[1].shape[1:], *(str(mm.attr(a)) for a in _GEOMETRY))
 
 
 def find_regions(graph: Graph) -> list[Region]:
-    """GEMMs by constant 2-d weights (each with a bias Add as its one reader) sharing an input."""
+    """GEMMs by constant 2-d weights, or convs (group 1) of one window geometry, each with a
+    bias Add as its one reader, sharing an input."""
     users = graph.consumers()
     outputs = {id(v) for v in graph.outputs}
-    by_input: dict[int, Region] = {}
+    by_input: dict[tuple, Region] = {}
     for mm in graph.nodes:
-        if mm.op != "MatMul" or len(mm.inputs) != 2 or id(mm.outputs[0]) in outputs:
+        rank = {"MatMul": 2, "Conv": 4}.get(mm.op)
+        if rank is None or len(mm.inputs) != 2 or id(mm.outputs[0]) in outputs:
             continue
         x, w = mm.inputs
         readers = users.get(id(mm.outputs[0]), [])
-        if w.const is None or len(w.shape) != 2 or len(x.shape) < 2 or len(readers) != 1:
+        if w.const is None or len(w.shape) != rank or len(x.shape) < 2 or len(readers) != 1:
             continue
         if x.dtype != np.float32 or w.dtype != np.float32 or _bias(readers[0], mm) is None:
             continue
-        by_input.setdefault(id(x), Region(x, [])).gemms.append((mm, readers[0]))
+        if mm.op == "Conv" and (mm.attr("group", 1) != 1 or len(x.shape) != 4):
+            continue
+        by_input.setdefault(_key(mm), Region(x, [])).gemms.append((mm, readers[0]))
     return [r for r in by_input.values() if 2 <= len(r.gemms) <= 3]
 
 
-def _merge_rule(n: int) -> Rule:
-    parts = [("GemmBias", "?x", f"?w{i}", f"?b{i}") for i in range(n)]
+def _merge_rule(n: int, op: str = "GemmBias") -> Rule:
+    parts = [(op, "?x", f"?w{i}", f"?b{i}") for i in range(n)]
     ws = ("Concat", *(f"?w{i}" for i in range(n)))
     bs = ("Concat", *(f"?b{i}" for i in range(n)))
-    return Rule(f"merge-{n}-gemms", ("Gemms", *parts), ("Split", ("GemmBias", "?x", ws, bs)))
+    name = f"merge-{n}-{'gemms' if op == 'GemmBias' else 'convs'}"
+    return Rule(name, ("Gemms", *parts), ("Split", (op, "?x", ws, bs)))
 
 
-RULES = [_merge_rule(2), _merge_rule(3)]
+# a ConvBias is costed as the conv it is; in the e-graph its tensors have GEMM shapes (x: output
+# pixels by the window's K, w: K by output channels), so merging reads like the GEMMs'
+RULES = [_merge_rule(2), _merge_rule(3), _merge_rule(2, "ConvBias"), _merge_rule(3, "ConvBias")]
 
 
 def _shape(eg: EGraph, c: int, leaves: dict[int, tuple]) -> tuple:
@@ -95,7 +113,7 @@ def _shape(eg: EGraph, c: int, leaves: dict[int, tuple]) -> tuple:
     if c in leaves:
         return leaves[c]
     n = min(eg.nodes(c), key=lambda n: n.op)
-    if n.op == "GemmBias":
+    if n.op in ("GemmBias", "ConvBias"):
         return _shape(eg, n.children[0], leaves)[:-1] + _shape(eg, n.children[1], leaves)[-1:]
     parts = [_shape(eg, k, leaves) for k in n.children]
     return parts[0][:-1] + (sum(p[-1] for p in parts),)  # Concat (Gemms: its parts, side by side)
@@ -108,6 +126,7 @@ class _Costs:
         self.eg, self.leaves, self.cost = eg, leaves, cost
         self.memo: dict[ENode, tuple[float, str]] = {}
         self.specs: list[tuple] = []  # a group leaf's payload indexes its spec
+        self.convs: dict[int, tuple] = {}  # a conv region's x class -> (x shape, conv attrs)
 
     def __call__(self, n: ENode) -> float:
         if n not in self.memo:
@@ -127,10 +146,18 @@ class _Costs:
         if n.op in ("Gemm", "GemmBlas"):  # a fused GEMM group: its spec is the leaf's payload
             spec = next(iter(self.eg.nodes(n.children[0]))).payload
             return "group" + "/blas" * (n.op == "GemmBlas"), (self.specs[spec],), "float32"
+        if n.op in ("ConvBias", "ConvBiasBlas"):  # costed as the conv + bias it is
+            x, attrs = self.convs[self.eg.find(n.children[0])]
+            kind = "group" + "/blas" * (n.op == "ConvBiasBlas")
+            return kind, (_conv_spec(x, attrs, shape(n.children[1])[-1]),), "float32"
         if n.op == "Split":  # back into the parts the merged weight's Concat joined
-            g = next(m for m in self.eg.nodes(n.children[0]) if m.op == "GemmBias")
+            g = next(m for m in self.eg.nodes(n.children[0]) if m.op in ("GemmBias", "ConvBias"))
             cat = next(m for m in self.eg.nodes(g.children[1]) if m.op == "Concat")
             parts = tuple(shape(k)[-1] for k in cat.children)
+            if g.op == "ConvBias":  # channels: axis 1 of the conv's output
+                x, attrs = self.convs[self.eg.find(g.children[0])]
+                y = _conv_spec(x, attrs, sum(parts))[0][3]
+                return "split", (y, parts, 1), "float32"
             return "split", (shape(n.children[0]), parts), "float32"
         return None
 
@@ -160,7 +187,7 @@ def optimise(
     report = Report(find_regions(graph))
     taken = {id(n) for r in report.regions for pair in r.gemms for n in pair}
     report.groups = find_groups(graph, taken)
-    eg, leaves, roots = EGraph(), {}, []
+    eg, leaves, roots, greedy = EGraph(), {}, [], []  # greedy: the e-nodes greedy's plan runs
     costs = _Costs(eg, leaves, cost)
 
     def leaf(v: Value) -> int:
@@ -169,18 +196,37 @@ def optimise(
         return c
 
     for r in report.regions:
-        x = leaf(r.x)
-        parts = [(x, leaf(mm.inputs[1]), leaf(_bias(add, mm))) for mm, add in r.gemms]
-        roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode("GemmBias", p)) for p in parts))))
+        conv = r.gemms[0][0] if r.gemms[0][0].op == "Conv" else None
+        if conv is None:
+            x = leaf(r.x)
+            parts = [(x, leaf(mm.inputs[1]), leaf(_bias(add, mm))) for mm, add in r.gemms]
+        else:  # GEMM shapes (see RULES); the conv's own kept for costing
+            y = conv.outputs[0].shape
+            k = int(np.prod(conv.inputs[1].shape[1:]))
+            x = leaf(Value(r.x.name, (int(np.prod(y[2:])), k), r.x.dtype))
+            costs.convs[x] = (r.x.shape, tuple(sorted(conv.attrs.items())))
+            parts = [
+                (
+                    x,
+                    leaf(Value(mm.inputs[1].name, (k, mm.inputs[1].shape[0]), r.x.dtype)),
+                    leaf(_bias(add, mm)),
+                )
+                for mm, add in r.gemms
+            ]
+        op = "GemmBias" if conv is None else "ConvBias"
+        greedy += [ENode(op, p) for p in parts]
+        roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode(op, p)) for p in parts))))
     for i, g in enumerate(report.groups):
         costs.specs.append(g.spec)
-        roots.append(eg.add(ENode("Gemm", (eg.add(ENode("group", payload=i)),))))
+        greedy.append(ENode("Gemm", (eg.add(ENode("group", payload=i)),)))
+        roots.append(eg.add(greedy[-1]))
 
     def own_would_run(eg: EGraph, s: Subst) -> bool:
         if "?g" in s:
             return own_runs(*report.groups[next(iter(eg.nodes(s["?g"]))).payload].mnk)
         x, w = _shape(eg, s["?x"], leaves), _shape(eg, s["?w"], leaves)
-        return own_runs(int(np.prod(x[:-1])), w[-1], w[0])
+        rows, cols = int(np.prod(x[:-1])), w[-1]  # a conv's GEMM: output channels by pixels
+        return own_runs(*((cols, rows) if eg.find(s["?x"]) in costs.convs else (rows, cols)), w[0])
 
     if roots:
         rules = RULES + blas_rules(own_would_run)
@@ -195,6 +241,8 @@ def optimise(
         found = branch_and_bound(eg, root, costs, budget / len(roots), must=must)
         report.searches.append(found.log)
         choice.update(found.choice)
+    chosen = sum(g.incumbents[-1][1] for g in report.searches if g.incumbents)
+    report.predicted = (sum(costs(eg.canonical(n)) for n in greedy), chosen)
     blas: list[Node] = []
     for r, root in zip(report.regions, roots):
         for n in sorted(eg.nodes(root), key=lambda n: n.op):  # apart, then merged
@@ -203,7 +251,7 @@ def optimise(
         r.chosen = "merged" if top.op == "Split" else "apart"
         if r.chosen == "merged":
             merged = _merge(graph, r)
-            if choice[eg.find(top.children[0])].op == "GemmBiasBlas":
+            if choice[eg.find(top.children[0])].op.endswith("Blas"):
                 blas.append(merged)
         else:
             blas += [mm for (mm, _), c in zip(r.gemms, top.children) if _blas(choice, eg, c)]
@@ -219,26 +267,42 @@ def optimise(
 
 
 def _blas(choice: dict[int, ENode], eg: EGraph, c: int) -> bool:
-    return choice[eg.find(c)].op == "GemmBiasBlas"
+    return choice[eg.find(c)].op.endswith("Blas")
+
+
+def _conv_spec(x: tuple, attrs: tuple, co: int) -> tuple:
+    """A conv (its attrs, x's shape) with ``co`` output channels and its bias Add, as a spec."""
+    a = dict(attrs)
+    kh, kw = a["kernel_shape"]
+    (dh, dw), (sh, sw), p = a.get("dilations", [1, 1]), a.get("strides", [1, 1]), a["pads"]
+    oh = (x[2] + p[0] + p[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (x[3] + p[1] + p[3] - dw * (kw - 1) - 1) // sw + 1
+    y, f = (x[0], co, oh, ow), np.dtype(np.float32).str
+    conv = ("Conv", _plain(attrs), (("x", x, f), ("c", (co, x[1], kh, kw), f)), y, f)
+    return conv, ("Add", (), (0, ("c", (1, co, 1, 1), f)), y, f)
 
 
 def _merge(graph: Graph, r: Region) -> Node:
     """One MatMul over the weights side by side, one bias Add, one Split node per part."""
     mms, adds = [m for m, _ in r.gemms], [a for _, a in r.gemms]
-    w = graph.constant(np.concatenate([m.inputs[1].const for m in mms], axis=1), "merged_w")
-    b = graph.constant(np.concatenate([_bias(a, m).const for m, a in r.gemms]), "merged_b")
+    conv = mms[0].op == "Conv"  # weights side by side: a conv's on axis 0, its outputs' on 1
+    ws = [m.inputs[1].const for m in mms]
+    w = graph.constant(np.concatenate(ws, axis=0 if conv else 1), "merged_w")
+    bs = [_bias(a, m).const for m, a in r.gemms]
+    b = graph.constant(np.concatenate(bs, axis=1 if conv else 0), "merged_b")
     name = "+".join(m.name for m in mms)
-    shape = r.x.shape[:-1] + (w.shape[1],)
+    y0 = mms[0].outputs[0].shape
+    shape = (y0[0], w.shape[0], *y0[2:]) if conv else r.x.shape[:-1] + (w.shape[1],)
     mm_out = Value(graph.fresh_name("merged_mm"), shape, np.dtype(np.float32))
     y = Value(graph.fresh_name("merged"), shape, np.dtype(np.float32))
     opset = mms[0].opset
     new = [
-        Node("MatMul", [r.x, w], [mm_out], name=f"{name}:merged", opset=opset),
+        Node(mms[0].op, [r.x, w], [mm_out], dict(mms[0].attrs), f"{name}:merged", opset),
         Node("Add", [mm_out, b], [y], name=f"{name}:bias", opset=opset),
     ]
-    widths = [m.inputs[1].shape[1] for m in mms]
+    widths = [m.outputs[0].shape[1 if conv else -1] for m in mms]
     for k, add in enumerate(adds):
-        attrs = {"axis": len(shape) - 1, "split": widths, "output": k}
+        attrs = {"axis": 1 if conv else len(shape) - 1, "split": widths, "output": k}
         new.append(
             Node("Split", [y], list(add.outputs), attrs, name=f"{add.name}:part", opset=opset)
         )

@@ -375,6 +375,66 @@ def hops(args, port: int) -> tuple[list[str], list[str]]:
     return rows, notes
 
 
+def generate_bench(args, port: int) -> list[str]:
+    """``POST /generate`` of ``args.generate`` (a GGUF) beside a direct ``TextGenerator`` in this
+    process, alternating request by request (greedy, ``--gen-tokens`` each, seeded prompts): time
+    to the first token and per later token, both medians, and the requests whose tokens differ."""
+    import http.client
+    import json
+
+    from ray import serve
+
+    from pyforge.serve.deployment import ServeConfig
+    from pyforge.serve.generation import open_generator, start_generator
+
+    config = ServeConfig(target="cpu", cpus_per_replica=0.5, max_context=512)
+    start_generator(
+        args.generate, config, host="127.0.0.1", port=port, name="gen", route_prefix="/gen"
+    )
+    direct = open_generator(args.generate, config)
+    rng = np.random.default_rng(5)
+    words = ["hello", "world", "the", "at", "a", "tag", "red", "door"]
+    got: dict[str, list] = {"served": [], "direct": []}
+    wrong = 0
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    for i in range(args.gen_requests + 2):  # two warm-up rounds
+        prompt = " ".join(rng.choice(words, 6))
+        t0, times = time.perf_counter(), []
+        body = json.dumps({"prompt": prompt, "max_new_tokens": args.gen_tokens})
+        conn.request("POST", "/gen/generate", body=body)
+        r = conn.getresponse()
+        lines = []
+        while line := r.readline():
+            times.append(time.perf_counter())
+            lines.append(json.loads(line))
+        direct.reset()
+        t1, dtimes = time.perf_counter(), []
+        tokens = [
+            t
+            for t in direct.stream(prompt, args.gen_tokens)
+            if not dtimes.append(time.perf_counter())
+        ]
+        wrong += tokens != lines[-1]["tokens"]
+        if i >= 2:
+            for k, (start, ts) in {"served": (t0, times[:-1]), "direct": (t1, dtimes)}.items():
+                got[k].append(
+                    ((ts[0] - start) * 1e3, np.diff(ts).mean() * 1e3 if len(ts) > 1 else np.nan)
+                )
+    serve.delete("gen")
+    notes = []
+    for k, v in got.items():
+        first, per = np.median([a for a, _ in v]), np.nanmedian([b for _, b in v])
+        notes.append(
+            f"/generate {k}: {len(v)} requests of {args.gen_tokens} tokens, first token {first:.1f} ms, then {per:.2f} ms per token (medians)"
+        )
+        print(notes[-1], flush=True)
+    notes.append(
+        f"/generate: {wrong} of {args.gen_requests + 2} requests with tokens other than the direct generate's"
+    )
+    print(notes[-1], flush=True)
+    return notes
+
+
 HOPS_HEADER = (
     "| endpoint (concurrency 1, alternating) | requests | p50 ms | before the replica | read | decode | "
     "queue | model | reply | encode | after the replica | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -408,6 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=2, help="client processes")
     ap.add_argument("--max-batch-size", type=int, default=32)
     ap.add_argument("--batch-wait-ms", type=float, default=0.0)
+    ap.add_argument(
+        "--generate", metavar="MODEL.gguf", help="also: /generate beside a direct generate"
+    )
+    ap.add_argument("--gen-requests", type=int, default=10)
+    ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--access-log", action="store_true", help="Serve's log line per request")
     ap.add_argument("--hops", type=int, default=0, help="first: this many requests per endpoint "
                     "at concurrency 1, where each no-op request's time goes (see hops())")  # fmt: skip
@@ -433,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.hops:
             hop_rows, hop_notes = hops(args, port)
             notes += hop_notes
+        if args.generate:
+            notes += generate_bench(args, port)
         specs = [("x", ("batch", 256), np.dtype(np.float32))]
         for c in levels:
             sweep.level(f"{base}/noop", specs, None, "no-op (client ceiling)", concurrency=c)

@@ -52,6 +52,8 @@ CONVS = {
     "1x1 stride 2": dict(cin=12, cout=16, hw=(15, 14), k=1, stride=2),
     "batch 2": dict(cin=6, cout=8, hw=(16, 16), k=3, pads=(1, 1, 1, 1), batch=2),
     "long k": dict(cin=64, cout=8, hw=(12, 12), k=3, pads=(1, 1, 1, 1)),  # 576: 3 k blocks
+    # more weight panels than column panels: threads split the rows, windows read in place
+    "split rows": dict(cin=40, cout=96, hw=(7, 7), k=3, pads=(1, 1, 1, 1)),
 }
 TAILS = {"none": (), "relu": ("relu",), "res+relu": ("residual", "relu"), "sigmoid": ("sigmoid",)}
 

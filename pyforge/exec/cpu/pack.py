@@ -3,7 +3,7 @@
 ``pack_panels`` lays a strided matrix out as the micro-kernel reads it (panels of MR or NR rows,
 k-major); ``pad_image`` copies a conv's image into zero-bordered planes, one per phase of its
 stride, and ``shifted_conv`` says where each tap's row of the implicit column matrix starts in
-them, so that ``pack_shifted`` packs that matrix with plain 16-float copies.
+them, so that the micro-kernel reads that matrix's 16 columns of row k in place.
 """
 
 from __future__ import annotations
@@ -64,18 +64,6 @@ def pack_panels(src, base, rs, ks, rows, r0, nrows, k0, kc, width, out, o0):
             else:
                 for kk in range(kc):
                     out[o + kk * width + ii] = zero
-
-
-@njit(nogil=True, cache=True)
-def pack_shifted(xpad, base, koff, j0, nc, k0, kc, out, o0):
-    """Columns j0..j0+nc (padded column space) of the implicit column matrix, rows k0..k0+kc:
-    row k is the window of ``xpad`` starting at ``base + koff[k]``. Panels as pack_panels."""
-    s0, d0 = xpad.ctypes.data, out.ctypes.data
-    for p in range((nc + NR - 1) // NR):
-        o = o0 + p * kc * NR
-        s = base + j0 + p * NR
-        for kk in range(kc):
-            _copy16(d0 + (o + kk * NR) * 4, s0 + (s + koff[k0 + kk]) * 4)
 
 
 @njit(nogil=True, cache=True, parallel=True)

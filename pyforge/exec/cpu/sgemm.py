@@ -4,15 +4,16 @@ A 6x16 micro-kernel written as LLVM IR through a Numba intrinsic (Numba has no v
 auto-vectorised scalar version reached 17 GFLOP/s, this one 99.5 a core with operands in L1):
 twelve 8-lane accumulators, per k one broadcast of each of 6 left values and two loads of 16
 right values, twelve FMAs. Around it the usual blocking: the left operand (a conv's weights)
-packed once at bind time in panels of 6 rows, the right one packed per KC x NC block.
+packed once at bind time in panels of 6 rows, a strided right one packed per KC x NC block.
 
 What it buys over calling BLAS:
 - a convolution needs no im2col matrix. The image is copied once into a zero-bordered
   buffer; in "padded column space" q = oh * Wp + ow (Wp the padded width) the tap (c, ky, kx)
   reads ``xpad[c * Hp * Wp + ky * dh * Wp + kx * dw + q]``, so each row of the implicit column
-  matrix is a shifted window of the buffer and packs with plain 16-float copies. Columns whose
-  ow falls in the padding are computed and dropped at the store. A stride-s conv is the same
-  over the s*s phase planes of the image (see ``pack.shifted_conv``).
+  matrix is a shifted window of the buffer, which the micro-kernel reads in place (16 floats
+  at the row's offset for each k: nothing is packed; taps of one row share cache lines).
+  Columns whose ow falls in the padding are computed and dropped at the store. A stride-s conv
+  is the same over the s*s phase planes of the image (see ``pack.shifted_conv``).
 - the step's epilogue (bias per row, residual, Relu) is applied while the finished tile is
   still in registers, instead of in another pass over the output.
 - every output element is summed in the same order (k blocks in turn, an FMA chain within a
@@ -30,14 +31,15 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.core.extending import intrinsic
 
-from .pack import MR, NR, pack_panels, pack_shifted, packed_size  # 6 x 16: 12 AVX2 regs
+from .pack import MR, NR, pack_panels, packed_size  # 6 x 16: 12 AVX2 regs
 
 KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packed block
 
 # the int64 parameter vector of ``sgemm`` (one array, so the drivers stay short)
 (K_DIM, L_ROWS, R_COLS, L_BASE, L_RS, L_KS, L_PACKED, R_BASE, R_RS, R_KS, R_MODE, C_BASE, C_RS,
  C_CS, C_WP, C_OW, RES_BASE, RELU, BIAS, NEXT, N_PARAMS) = range(21)  # fmt: skip
-R_STRIDED, R_SHIFTED = 0, 1  # R read from a strided matrix, or as shifted windows of an image
+# R read from a strided matrix (packed first), or as shifted windows of an image, in place
+R_STRIDED, R_SHIFTED = 0, 1
 # a parallel region is cut into about this many tiles per thread, which threads claim in turn: a
 # thread that another process keeps off its core holds up at most its current tile
 TILES_PER_THREAD = 8
@@ -58,85 +60,105 @@ def _c64(v: int) -> ir.Constant:
     return ir.Constant(_I64, v)
 
 
+_SIG = types.void(*[types.int64] * 12)
+
+
 @intrinsic
-def _micro(typingctx, kc, lp, rp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
-    """C[0:MR, 0:NR] (+)= Lp[kc, MR]^T @ Rp[kc, NR]; then, when ``finish``, + bias (one value a
+def _micro(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
+    """The micro-kernel (``_micro_ir``) reading R from packed panels at ``rp`` (``kp`` unused)."""
+    return _SIG, lambda context, builder, sig, args: _micro_ir(False, context, builder, args)
+
+
+@intrinsic
+def _micro_windows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld,
+                   relu):  # fmt: skip
+    """The micro-kernel reading R in place: row k's 16 floats at ``rp + 4 * koff[k]``, the int64
+    offsets ``koff`` at byte address ``kp``."""
+    return _SIG, lambda context, builder, sig, args: _micro_ir(True, context, builder, args)
+
+
+def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
+    """C[0:MR, 0:NR] (+)= Lp[kc, MR]^T @ R[kc, NR]; then, when ``finish``, + bias (one value a
     row at ``bp``) + residual (rows ``res_ld`` floats apart at ``resp``), Relu when ``relu``.
     Pointers are byte addresses; with no bias or residual they point at zeros (res_ld 0)."""
-    i64 = types.int64
-    sig = types.void(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)
+    kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu = args
+    module = builder.module
+    fma = module.globals.get("llvm.fma.v8f32") or ir.Function(
+        module, ir.FunctionType(_V8, [_V8, _V8, _V8]), "llvm.fma.v8f32"
+    )
+    pf, pv = _F32.as_pointer(), _V8.as_pointer()
+    zero = ir.Constant(_V8, [0.0] * 8)
+    undef = ir.Constant(_V8, ir.Undefined)
+    splat_mask = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
 
-    def codegen(context, builder, signature, args):
-        kc, lp, rp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu = args
-        module = builder.module
-        fma = module.globals.get("llvm.fma.v8f32") or ir.Function(
-            module, ir.FunctionType(_V8, [_V8, _V8, _V8]), "llvm.fma.v8f32"
+    def splat(x):
+        return builder.shuffle_vector(
+            builder.insert_element(undef, x, ir.Constant(_I32, 0)), undef, splat_mask
         )
-        pf, pv = _F32.as_pointer(), _V8.as_pointer()
-        zero = ir.Constant(_V8, [0.0] * 8)
-        undef = ir.Constant(_V8, ir.Undefined)
-        splat_mask = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
 
-        def splat(x):
-            return builder.shuffle_vector(
-                builder.insert_element(undef, x, ir.Constant(_I32, 0)), undef, splat_mask
-            )
+    entry = builder.basic_block
+    loop = builder.function.append_basic_block("micro.loop")
+    done = builder.function.append_basic_block("micro.done")
+    builder.cbranch(builder.icmp_signed(">", kc, _c64(0)), loop, done)
 
-        entry = builder.basic_block
-        loop = builder.function.append_basic_block("micro.loop")
-        done = builder.function.append_basic_block("micro.done")
-        builder.cbranch(builder.icmp_signed(">", kc, _c64(0)), loop, done)
-
-        builder.position_at_end(loop)
-        k = builder.phi(_I64)
-        acc = [builder.phi(_V8) for _ in range(2 * MR)]
-        k.add_incoming(_c64(0), entry)
-        for a in acc:
-            a.add_incoming(zero, entry)
-        pa = builder.inttoptr(builder.add(lp, builder.mul(k, _c64(4 * MR))), pf)
+    builder.position_at_end(loop)
+    k = builder.phi(_I64)
+    acc = [builder.phi(_V8) for _ in range(2 * MR)]
+    k.add_incoming(_c64(0), entry)
+    for a in acc:
+        a.add_incoming(zero, entry)
+    pa = builder.inttoptr(builder.add(lp, builder.mul(k, _c64(4 * MR))), pf)
+    if windows:
+        koff = builder.inttoptr(builder.add(kp, builder.mul(k, _c64(8))), _I64.as_pointer())
+        pb = builder.inttoptr(builder.add(rp, builder.mul(builder.load(koff), _c64(4))), pv)
+    else:
         pb = builder.inttoptr(builder.add(rp, builder.mul(k, _c64(4 * NR))), pv)
-        b = [builder.load(builder.gep(pb, [ir.Constant(_I32, h)]), align=4) for h in range(2)]
-        new = []
-        for i in range(MR):
-            a = splat(builder.load(builder.gep(pa, [ir.Constant(_I32, i)]), align=4))
-            new += [builder.call(fma, [a, b[h], acc[2 * i + h]]) for h in range(2)]
-        k_next = builder.add(k, _c64(1))
-        tail = builder.basic_block
-        k.add_incoming(k_next, tail)
-        for a, v in zip(acc, new):
-            a.add_incoming(v, tail)
-        builder.cbranch(builder.icmp_signed("<", k_next, kc), loop, done)
+    b = [builder.load(builder.gep(pb, [ir.Constant(_I32, h)]), align=4) for h in range(2)]
+    new = []
+    for i in range(MR):
+        a = splat(builder.load(builder.gep(pa, [ir.Constant(_I32, i)]), align=4))
+        new += [builder.call(fma, [a, b[h], acc[2 * i + h]]) for h in range(2)]
+    k_next = builder.add(k, _c64(1))
+    tail = builder.basic_block
+    k.add_incoming(k_next, tail)
+    for a, v in zip(acc, new):
+        a.add_incoming(v, tail)
+    builder.cbranch(builder.icmp_signed("<", k_next, kc), loop, done)
 
-        builder.position_at_end(done)
-        results = []
-        for v in new:  # all phis first: LLVM wants them at the top of the block
-            results.append(builder.phi(_V8))
-            results[-1].add_incoming(zero, entry)
-            results[-1].add_incoming(v, tail)
-        adding = builder.icmp_signed("!=", accumulate, _c64(0))
-        finishing = builder.icmp_signed("!=", finish, _c64(0))
-        clamping = builder.and_(finishing, builder.icmp_signed("!=", relu, _c64(0)))
-        row_bytes = builder.mul(ldc, _c64(4))
-        res_bytes = builder.mul(res_ld, _c64(4))
-        for i in range(MR):
-            row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
-            res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
-            bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
-            for h in range(2):
-                ptr = builder.inttoptr(builder.add(row, _c64(32 * h)), pv)
-                val = results[2 * i + h]
-                val = builder.select(adding, builder.fadd(builder.load(ptr, align=4), val), val)
-                res = builder.load(
-                    builder.inttoptr(builder.add(res_row, _c64(32 * h)), pv), align=4
-                )
-                done_val = builder.fadd(builder.fadd(val, bias), res)
-                val = builder.select(finishing, done_val, val)
-                positive = builder.fcmp_ordered(">", val, zero)
-                val = builder.select(clamping, builder.select(positive, val, zero), val)
-                builder.store(val, ptr, align=4)
-        return context.get_dummy_value()
+    builder.position_at_end(done)
+    results = []
+    for v in new:  # all phis first: LLVM wants them at the top of the block
+        results.append(builder.phi(_V8))
+        results[-1].add_incoming(zero, entry)
+        results[-1].add_incoming(v, tail)
+    adding = builder.icmp_signed("!=", accumulate, _c64(0))
+    finishing = builder.icmp_signed("!=", finish, _c64(0))
+    clamping = builder.and_(finishing, builder.icmp_signed("!=", relu, _c64(0)))
+    row_bytes = builder.mul(ldc, _c64(4))
+    res_bytes = builder.mul(res_ld, _c64(4))
+    for i in range(MR):
+        row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
+        res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
+        bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
+        for h in range(2):
+            ptr = builder.inttoptr(builder.add(row, _c64(32 * h)), pv)
+            val = results[2 * i + h]
+            val = builder.select(adding, builder.fadd(builder.load(ptr, align=4), val), val)
+            res = builder.load(builder.inttoptr(builder.add(res_row, _c64(32 * h)), pv), align=4)
+            done_val = builder.fadd(builder.fadd(val, bias), res)
+            val = builder.select(finishing, done_val, val)
+            positive = builder.fcmp_ordered(">", val, zero)
+            val = builder.select(clamping, builder.select(positive, val, zero), val)
+            builder.store(val, ptr, align=4)
+    return context.get_dummy_value()
 
-    return sig, codegen
+
+@njit(nogil=True, cache=True)
+def _mk(windows, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
+    if windows:
+        _micro_windows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu)
+    else:
+        _micro(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu)
 
 
 @intrinsic
@@ -210,18 +232,18 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qb
     b0, res0 = bias.ctypes.data, res.ctypes.data
     has_res, relu = g[RES_BASE] >= 0, g[RELU]
     cols = np.empty(NR, np.int64)  # a tile's columns' offsets in a C row (-1: dropped)
+    windows = g[R_MODE] == R_SHIFTED  # R read in place: a panel is 16 columns' address
     for jc in range(j0, j1, NC):
         nc = min(NC, j1 - jc)
         for pc in range(0, kdim, KC):
             kc = min(KC, kdim - pc)
-            if rp.size:  # R packed whole-K by sgemm: panel q from row pc on
+            kp = koff.ctypes.data + pc * 8
+            if windows:
+                rb0, rstride, rstart = r.ctypes.data + (g[R_BASE] + jc) * 4, 1, 0
+            elif rp.size:  # R packed whole-K by sgemm: panel q from row pc on
                 rb0, rstride, rstart = rp.ctypes.data, kdim * NR, (jc // NR) * kdim * NR + pc * NR
             else:
-                if g[R_MODE] == R_SHIFTED:
-                    pack_shifted(r, g[R_BASE], koff, jc, nc, pc, kc, rbuf, 0)
-                else:
-                    pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], g[R_COLS], jc, nc, pc, kc, NR,
-                                rbuf, 0)  # fmt: skip
+                pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], g[R_COLS], jc, nc, pc, kc, NR, rbuf, 0)
                 rb0, rstride, rstart = rbuf.ctypes.data, kc * NR, 0
             first, last = pc == 0, pc + kc == kdim
             for ic in range(i0, i1, MC):
@@ -229,7 +251,7 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qb
                 for jr in range(0, nc, NR):
                     q0 = jc + jr
                     nr = min(NR, j1 - q0)
-                    rpp = rb0 + (rstart + (jr // NR) * rstride) * 4
+                    rpp = rb0 + (rstart + (jr if windows else (jr // NR) * rstride)) * 4
                     # the whole tile lands on one contiguous output run?
                     for jj in range(NR):
                         cols[jj] = _tile_col(g, q0 + jj) if jj < nr else -1
@@ -245,17 +267,17 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qb
                             rsp, rld = z0, 0
                             if has_res:
                                 rsp, rld = res0 + (g[RES_BASE] + row * g[C_RS] + at) * 4, g[C_RS]
-                            _micro(kc, lpp, rpp, c0 + o * 4, g[C_RS], 0 if first else 1,
-                                   1 if last else 0, bp, rsp, rld, relu)  # fmt: skip
+                            _mk(windows, kc, lpp, rpp, kp, c0 + o * 4, g[C_RS], 0 if first else 1,
+                                1 if last else 0, bp, rsp, rld, relu)  # fmt: skip
                             continue
                         if staged:
-                            _micro(kc, lpp, rpp, qb0 + (row * qld + q0) * 4, qld,
-                                   0 if first else 1, 0, z0, z0, 0, 0)  # fmt: skip
+                            _mk(windows, kc, lpp, rpp, kp, qb0 + (row * qld + q0) * 4, qld,
+                                0 if first else 1, 0, z0, z0, 0, 0)  # fmt: skip
                             if last:
                                 _store(g, c, bias, res, qbuf, row * qld + q0, qld, cols, row,
                                        mr, nr, True, True)  # fmt: skip
                             continue
-                        _micro(kc, lpp, rpp, tp0, NR, 0, 0, z0, z0, 0, 0)
+                        _mk(windows, kc, lpp, rpp, kp, tp0, NR, 0, 0, z0, z0, 0, 0)
                         _store(g, c, bias, res, tmp, 0, NR, cols, row, mr, nr, first, last)
 
 
@@ -283,17 +305,13 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
     rpanels = (rcols + NR - 1) // NR
     split_r = rpanels >= lpanels
     rp = rw[:0]
-    if not split_r and len(rw) >= rpanels * NR * kdim:
+    if not split_r and g[R_MODE] != R_SHIFTED and len(rw) >= rpanels * NR * kdim:
         g[NEXT] = 0
         for _ in prange(parts):
             q = _claim(g)
             while q < rpanels:
                 o = q * kdim * NR
-                if g[R_MODE] == R_SHIFTED:
-                    pack_shifted(r, g[R_BASE], koff, q * NR, NR, 0, kdim, rw, o)
-                else:
-                    pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], rcols, q * NR, NR, 0, kdim, NR,
-                                rw, o)  # fmt: skip
+                pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], rcols, q * NR, NR, 0, kdim, NR, rw, o)
                 q = _claim(g)
         rp = rw[: rpanels * NR * kdim]
     per_t = KC * NC + MR * NR + 2 * NR

@@ -1,15 +1,16 @@
-"""FusedAttention: the scores never leave the chip, the softmax runs online (a running max and
-sum per query row, the accumulator rescaled when the max grows).
+"""FusedAttention: the scores never leave the chip.
 
-cpu: one prange iteration per (batch, head, block of QB query rows); per block of BK keys, the
-block's keys and values are read in place where their rows are contiguous, else packed, and
-both products are BLAS calls (np.dot: a (QB, BK) score block, then (QB, BK) x (BK, Dv) into the
-accumulator), the softmax in between per row.
+cpu: one parallel tile per (batch, head): its keys (transposed) and values packed once into the
+panels of own sgemm's 6x16 micro-kernel (exec/cpu/sgemm.py), then per block of QB query rows
+(QB x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
+(max, then emit.FEXP_CPU's vectorised exp and the sum in one loop) and written as the left panels of the second product; no BLAS
+call (OpenBLAS would start its own threads inside the parallel region).
 cuda, flash-attention style: one block per (query tile, head, batch); the K and V tiles go
 through shared memory; each query row's TPR threads take every TPR-th key of a tile, each with
 its own running max, sum and accumulator in registers, merged once at the end.
 The cpu kernel takes shapes and strides as int params (one compiled kernel per mask structure);
-the cuda kernel has them as literals (its local and shared arrays are sized by them).
+the cuda kernel has them as literals (its local and shared arrays are sized by them). The cuda
+kernel's softmax is online (a running max and sum per query row, the accumulator rescaled).
 """
 
 from __future__ import annotations
@@ -17,87 +18,99 @@ from __future__ import annotations
 import hashlib
 
 from ...ir import Node, Value
-from ..emit import HEADER, KernelBuilder, KernelCall, broadcast_strides, contiguous_strides
+from ..emit import (
+    FEXP_CPU,
+    HEADER,
+    KernelBuilder,
+    KernelCall,
+    broadcast_strides,
+    contiguous_strides,
+)
 from ..registry import lowering
 from ..scalar import lit
 
-QB_CPU, BK_CPU = 32, 64  # QB x BK x D <= 2^18 for D <= 128: OpenBLAS stays on one thread
+SCORES_CPU = 32768  # floats of a query block's scores (QB x keys): 128 KiB, within L2
 SHARED_FLOATS = 10240  # cuda: tiles + merge buffer, 40 KiB of the 48 KiB a block gets
 
 _CPU = """\
 from numba import njit, prange
+from pyforge.exec.cpu.sgemm import _micro
+from pyforge.exec.cpu.tiles import claim, threads, tiling
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True, fastmath={{"reassoc", "contract"}})
 def kernel(n, {params}):
     sc = {sc}
-    for t in prange(n):
-        qb = t % {NQB}
-        h = (t // {NQB}) % {H}
-        b = t // ({NQB} * {H})
-        hk = h // {G}
-        q0 = qb * {QB}
-        rows = min({QB}, {SQ} - q0)
-        qs = np.zeros(({QB}, {D}), np.float32)
-        kb = np.empty(({BK}, {D}), np.float32)
-        vb = np.empty(({BK}, {DV}), np.float32)
-        m = np.full({QB}, -np.inf, np.float32)
-        l = np.zeros({QB}, np.float32)
-        acc = np.zeros(({QB}, {DV}), np.float32)
-        for r in range(rows):
-            i = q0 + r
-            qr = {q_at}
-            for d in range({D}):
-                qs[r, d] = {q}[qr + d * {QD}] * sc
-        for k0 in range(0, {SK}, {BK}):
-            nk = min({BK}, {SK} - k0)
-            j = 0
-            kr, vr = {k_at}, {v_at}
-            if {KD} == 1 and {KS} == {D}:  # rows of keys already contiguous: read in place
-                kblk = {k}[kr : kr + nk * {D}].reshape((nk, {D}))
-            else:
-                for j in range(nk):
-                    kr = {k_at}
+    skp = ({SK} + 15) // 16 * 16
+    dvp = ({DV} + 15) // 16 * 16
+    parts = threads()
+    per, tiles, nxt = tiling(n, parts)
+    for _ in prange(parts):
+        kp = np.zeros({D} * skp, np.float32)
+        vp = np.zeros(dvp * {SK}, np.float32)
+        qp = np.zeros({QB} * {D}, np.float32)
+        pp = np.zeros({QB} * {SK}, np.float32)
+        sb = np.zeros({QB} * skp, np.float32)
+        ob = np.zeros({QB} * dvp, np.float32)
+        z = np.zeros(16, np.float32)
+        kp0, vp0, qp0, pp0 = kp.ctypes.data, vp.ctypes.data, qp.ctypes.data, pp.ctypes.data
+        sb0, ob0, z0 = sb.ctypes.data, ob.ctypes.data, z.ctypes.data
+        t = claim(nxt)
+        while t < tiles:
+            for bh in range(t * per, min(n, t * per + per)):
+                h = bh % {H}
+                b = bh // {H}
+                hk = h // {G}
+                k0 = 0
+                nk = {SK}
+                for j in range({SK}):
+                    kr, vr = {k_at}, {v_at}
+                    kq = (j // 16) * {D} * 16 + j % 16
                     for d in range({D}):
-                        kb[j, d] = {k}[kr + d * {KD}]
-                kblk = kb[:nk]
-            j = 0
-            if {VD} == 1 and {VS} == {DV}:
-                vblk = {v}[vr : vr + nk * {DV}].reshape((nk, {DV}))
-            else:
-                for j in range(nk):
-                    vr = {v_at}
+                        kp[kq + d * 16] = {k}[kr + d * {KD}]
                     for d in range({DV}):
-                        vb[j, d] = {v}[vr + d * {VD}]
-                vblk = vb[:nk]
-            s = np.dot(qs, kblk.T)
-            for r in range(rows):
-                i = q0 + r
-                sr = s[r]
+                        vp[(d // 16) * {SK} * 16 + j * 16 + d % 16] = {v}[vr + d * {VD}]
+                for q0 in range(0, {SQ}, {QB}):
+                    rows = min({QB}, {SQ} - q0)
+                    for r in range(rows):
+                        i = q0 + r
+                        qr = {q_at}
+                        qq = (r // 6) * {D} * 6 + r % 6
+                        for d in range({D}):
+                            qp[qq + d * 6] = {q}[qr + d * {QD}] * sc
+                    for r in range(0, rows, 6):
+                        for c in range(0, skp, 16):
+                            _micro({D}, qp0 + r * {D} * 4, kp0 + c * {D} * 4, 0,
+                                   sb0 + (r * skp + c) * 4, skp, 0, 0, z0, z0, 0, 0)
+                    for r in range(rows):
+                        i = q0 + r
+                        sr = sb[r * skp : r * skp + {SK}]
 {mask}
-                mx = m[r]
-                for j in range(nk):
-                    mx = max(mx, sr[j])
-                if mx == -np.inf:
-                    for j in range(nk):
-                        sr[j] = 0
-                    continue
-                alpha = math.exp(m[r] - mx)
-                tot = f32(0)
-                for j in range(nk):
-                    p = math.exp(sr[j] - mx)
-                    sr[j] = p
-                    tot += p
-                l[r] = l[r] * alpha + tot
-                for d in range({DV}):
-                    acc[r, d] *= alpha
-                m[r] = mx
-            acc += np.dot(s, vblk)
-        for r in range(rows):
-            i = q0 + r
-            orow = {o_at}
-            for d in range({DV}):
-                {o}[orow + d * {OD}] = acc[r, d] / l[r]
+                        pq = (r // 6) * {SK} * 6 + r % 6
+                        mx = f32(-np.inf)
+                        for j in range(nk):
+                            mx = max(mx, sr[j])
+                        if mx == -np.inf:
+                            for j in range(nk):
+                                pp[pq + j * 6] = np.nan
+                            continue
+                        tot = f32(0)
+                        for j in range(nk):
+                            sr[j] = fexp(sr[j] - mx)
+                            tot += sr[j]
+                        inv = f32(1) / tot
+                        for j in range(nk):
+                            pp[pq + j * 6] = sr[j] * inv
+                    for r in range(0, rows, 6):
+                        for c in range(0, dvp, 16):
+                            _micro({SK}, pp0 + r * {SK} * 4, vp0 + c * {SK} * 4, 0,
+                                   ob0 + (r * dvp + c) * 4, dvp, 0, 0, z0, z0, 0, 0)
+                    for r in range(rows):
+                        i = q0 + r
+                        orow = {o_at}
+                        for d in range({DV}):
+                            {o}[orow + d * {OD}] = ob[r * dvp + d]
+            t = claim(nxt)
 """
 
 _CUDA = """\
@@ -241,7 +254,7 @@ def _mask(node: Node, names: list[str], num, cpu: bool) -> str:
             body = [f"if {at} != {lit(a['keep'], 'b1')}:", f"    {x} = {lit(a['fill'], 'f32')}"]
         if cpu:
             body = ["for j in range(nk):"] + ["    " + ln for ln in body]
-        lines += [" " * 16 + ln for ln in body]
+        lines += [" " * (24 if cpu else 16) + ln for ln in body]
     return "\n".join(lines)
 
 
@@ -252,14 +265,13 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     bsz, heads, sq, d = (q.shape[p] for p in a["q_perm"])
     sk, dv = k.shape[a["k_perm"][2]], v.shape[a["v_perm"][3]]
     names = [kb.tensor(t.name) for t in node.inputs] + [kb.tensor(node.outputs[0].name)]
-    qb = min(QB_CPU, sq)
-    nqb = -(-sq // qb)
-    n = bsz * heads * nqb
+    skp = -(-sk // 16) * 16
+    qb = min(-(-sq // 6), max(1, SCORES_CPU // (6 * skp))) * 6  # whole 6-row panels
+    n = bsz * heads
     # cpu: shapes and strides are int params (one compiled kernel per mask structure); the mask
     # loops over the row's keys
     cpu_f = _fields(node, names, kb.int_param, True)
-    cpu_f.update(NQB=kb.int_param(nqb, "NQB"), QB=kb.int_param(qb, "QB"))
-    cpu_f["BK"] = kb.int_param(min(BK_CPU, sk), "BK")
+    cpu_f["QB"] = kb.int_param(qb, "QB")
     # cuda: literals (local and shared array sizes must be); NT threads, BQ query rows of TPR
     # threads each; the merge at the end reuses the tile buffer
     cuda_f = _fields(node, names, lambda value, hint: str(int(value)), False)
@@ -272,7 +284,7 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     cuda_f.update(TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp)
     cuda_f["SHN"] = max(bk * (kp + vp), nt * dv)
     params = ", ".join(kb.params)
-    cpu = HEADER + "\n" + _CPU.format(params=params, **cpu_f)
+    cpu = HEADER + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
     cuda = HEADER + "\n" + _CUDA.format(params=params, **cuda_f)
     key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
     call = KernelCall(cpu, cuda, key, n, list(kb.args), kb.label)

@@ -71,3 +71,27 @@ def test_float64_exp_keeps_math_exp():
         atol=0,
     )  # fmt: skip
     assert "def fexp" not in _sources(compiled)
+
+
+# (shape, kernel, stride, pads, ceil_mode): SqueezeNet's ceil-mode pools, ResNet's and
+# ShuffleNet's 3x3 s2 p1, a 2x2 s2, a 5x5 s3, uneven pads, batch 2
+POOLS = [
+    ((1, 64, 111, 111), 3, 2, [0, 0, 0, 0], 1),
+    ((1, 16, 27, 27), 3, 2, [0, 0, 0, 0], 1),
+    ((2, 24, 56, 56), 3, 2, [1, 1, 1, 1], 0),
+    ((1, 8, 17, 18), 2, 2, [0, 0, 0, 0], 1),
+    ((1, 3, 20, 20), 5, 3, [2, 1, 0, 2], 0),
+]
+
+
+def test_strided_maxpool_by_planes_matches_ort():
+    for shape, k, s, pads, ceil in POOLS:
+        node = helper.make_node(
+            "MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s], pads=pads, ceil_mode=ceil
+        )
+        model = make_model([node], [("x", np.float32, shape)], [("y", np.float32, None)])
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.flat[::101] = np.inf
+        x.flat[7::89] = -np.inf
+        compiled, _ = check_against_ort(model, {"x": x}, rtol=0, atol=0)
+        assert "np.empty(" in _sources(compiled), (shape, k, s)  # the plane buffers

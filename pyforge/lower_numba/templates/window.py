@@ -6,12 +6,11 @@ import numpy as np
 
 from ...ir import Node
 from ..emit import KernelBuilder, type_name
-from ..registry import lowering
+from ..registry import lowering, register_lowering
 from ..scalar import lit, nan_max
 from .geometry import nc_oh_ow, spatial2d, window2d
 
 
-@lowering("MaxPool", "AveragePool", "LpPool", form="element")
 def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     c_, h, w = x.shape[1], *spatial2d(x.shape)
@@ -20,6 +19,83 @@ def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     base = kb.tmp("b")
     kb.emit(f"{base} = ({n} * {C} + {c}) * {H} * {W}")
     return window_pool(node, kb, oh, ow, H, W, lambda ih, iw: f"{base} + {ih} * {W} + {iw}")
+
+
+def _by_planes(node: Node) -> bool:
+    """A strided 2-d float32 MaxPool whose windows all touch the image: pooled a plane at a time
+    on the cpu (strided, so a NaN first tap stays and later ones drop: the select chain's rule)."""
+    _, s, d, _ = window2d(node)
+    x = node.inputs[0]
+    return (
+        node.op == "MaxPool" and len(x.shape) == 4 and x.dtype == np.float32
+        and len(node.outputs) == 1 and d == [1, 1] and s != [1, 1] and _windows_touch(node)
+    )  # fmt: skip
+
+
+@lowering("MaxPool", form="element", when=_by_planes, rows=lambda node: 2)
+def pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """cpu, once per plane (image, channel): the plane copied into a buffer padded with its edge
+    values (so every window reads as clamped taps do) and split into stride phases (so the taps
+    of a row of outputs are consecutive), then each output row one select chain over the taps,
+    which vectorises; cuda: the per-element window of ``window_pool``."""
+    kb.row_block = False
+    x, y = node.inputs[0], node.outputs[0]
+    (kh, kw), (sh, sw), _, pads = window2d(node)
+    (h, w), (oh_, ow_) = spatial2d(x.shape), spatial2d(y.shape)
+    n, c, oh, ow = nc_oh_ow(coords)
+    start = len(kb.lines)
+    acc = pool_element(node, kb, coords)  # the cuda form: keep only its cuda lines
+    kb.lines[start:] = [(None, ln if isinstance(ln, str) else ln[1]) for ln in kb.lines[start:]]
+    src, C = kb.tensor(x.name), kb.int_param(x.shape[1], "C")
+    hp, wq = (oh_ - 1) * sh + kh, -(-((ow_ - 1) * sw + kw) // sw)
+    H, W, OH, OW = (kb.int_param(v, k) for v, k in ((h, "H"), (w, "W"), (oh_, "OH"), (ow_, "OW")))
+    HP, WQ, WR = (kb.int_param(v, k) for v, k in ((hp, "HP"), (wq, "WQ"), (wq * sw, "WR")))
+    buf, out, r, sr, d, p, q, j = (kb.tmp(v) for v in ("pad", "out", "r", "sr", "d", "p", "q", "j"))
+    kb.setup += [f"{buf} = np.empty({HP} * {WR}, f32)", f"{out} = np.empty({OH} * {OW}, f32)"]
+    cpu = [
+        f"for {r} in range({HP}):",
+        f"    {sr} = (({n} * {C} + {c}) * {H} + min(max({r} - {pads[0]}, 0), {H} - 1)) * {W}",
+    ]
+    for phase in range(sw):  # padded column p * sw + phase at place p of its phase
+        cpu += [
+            f"    {d} = {buf}[{r} * {WR} + {phase} * {WQ}:]",
+            f"    for {p} in range({WQ}):",
+            f"        {d}[{p}] = {src}[{sr} + min(max({p} * {sw} + {phase - pads[1]}, 0), {W} - 1)]",
+        ]
+    cpu.append(f"for {q} in range({OH}):")
+    views = {}
+    for ky in range(kh):
+        for kx in range(kw):
+            if (ky, kx % sw) not in views:
+                views[ky, kx % sw] = a = kb.tmp("a")
+                cpu.append(f"    {a} = {buf}[({q} * {sh} + {ky}) * {WR} + {kx % sw} * {WQ}:]")
+    m, v = kb.tmp("m"), kb.tmp("v")
+    cpu += [f"    for {j} in range({OW}):", f"        {m} = {views[0, 0]}[{j}]"]
+    for ky in range(kh):
+        for kx in range(kw):
+            if ky or kx:
+                cpu.append(f"        {v} = {views[ky, kx % sw]}[{j} + {kx // sw}]")
+                cpu.append(f"        {m} = {v} if {v} > {m} else {m}")
+    cpu.append(f"        {out}[{q} * {OW} + {j}] = {m}")
+    with kb.at_row():
+        kb.lines += [(ln, None) for ln in cpu]
+    kb.lines.append((f"{acc} = {out}[{oh} * {OW} + {ow}]", None))
+    return acc
+
+
+register_lowering("MaxPool", "element", pool_element, lambda node: not _by_planes(node))
+register_lowering("AveragePool", "element", pool_element)
+register_lowering("LpPool", "element", pool_element)
+
+
+def _windows_touch(node: Node) -> bool:
+    """Every window has a tap on the input: the first ends past its start, the last (ceil mode
+    included) starts before its end."""
+    (kh, kw), (sh, sw), _, pads = window2d(node)
+    x, y = node.inputs[0].shape, node.outputs[0].shape
+    (h, w), (oh, ow) = (x[1:3], y[1:3]) if node.op.endswith("NHWC") else map(spatial2d, (x, y))
+    dims = ((pads[0], kh, oh, sh, h), (pads[1], kw, ow, sw, w))
+    return all(p < k and (o - 1) * s - p < n for p, k, o, s, n in dims)
 
 
 def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str, addr) -> str:
@@ -32,13 +108,7 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
     acc, cnt = kb.tmp("acc"), kb.tmp("cnt")
     ih0, iw0, ih, iw = kb.tmp("h"), kb.tmp("w"), kb.tmp("ih"), kb.tmp("iw")
     is_max = op == "MaxPool"
-    clamp = (
-        is_max
-        and [dh, dw] == [1, 1]
-        and not node.attrs.get("ceil_mode", 0)
-        and max(pads[0], pads[2]) < kh
-        and max(pads[1], pads[3]) < kw
-    )
+    clamp = is_max and [dh, dw] == [1, 1] and _windows_touch(node)
     kb.emit(f"{ih0} = {oh} * {kb.int_param(sh, 's')} - {kb.int_param(pads[0], 'p')}")
     kb.emit(f"{iw0} = {ow} * {kb.int_param(sw, 's')} - {kb.int_param(pads[1], 'p')}")
     # float16 is stored only: its taps are compared as float32
@@ -70,10 +140,9 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
         kb.emit(f"if {ih} >= 0 and {ih} < {H} and {iw} >= 0 and {iw} < {W}:", d)
         kb.emit(f"{acc} += {src}[{addr(ih, iw)}]", d + 1)
     elif clamp:
-        # a tap outside the image reads the nearest edge element instead: with dilation 1, no
-        # ceil mode and pads under the kernel size, every window starts and ends on the image,
-        # so that element is in the same window and the max is unchanged; the window loops
-        # then have no branch (ResNet-50's pool: 1.34 -> 1.17 ms on the cpu, log row 39).
+        # a tap outside the image reads the nearest edge element instead: with dilation 1 and
+        # every window touching the image (_windows_touch, ceil mode included), that element is
+        # in the same window and the max is unchanged; the window loops then have no branch (ResNet-50's pool: 1.34 -> 1.17 ms on the cpu, log row 39).
         def clamped(body: str, d: int) -> None:
             kb.emit(f"{ih} = min(max({ih0} + {ky}, 0), {H} - 1)", d + 1)
             kb.emit(f"for {kx} in range({KW}):", d + 1)

@@ -240,6 +240,7 @@ def main(argv=None) -> int:
     ap.add_argument("--caches", default="static,concat", help="pyforge's cache layouts to run")
     ap.add_argument("--ctx", type=int, default=0, help="max_context (default: what fits)")
     ap.add_argument("--rounds", type=int, default=3, help="pyforge generates per layout")
+    ap.add_argument("--new", type=int, default=0, help="new tokens (default 128, --quick 32)")
     args = ap.parse_args(argv)
     deadline = time.monotonic() + args.budget
     skip = set(args.skip.split(","))
@@ -258,6 +259,7 @@ def main(argv=None) -> int:
     ctx = max(lengths) + new + 64
     if args.tiny:
         lengths, new, ctx = (5, 128), 32, 224
+    new = args.new or new
     ctx = args.ctx or ctx
     t0 = time.monotonic()
     weights = gemma3.random_weights(config, seed=0)
@@ -271,9 +273,12 @@ def main(argv=None) -> int:
         if cache
     }
     print(f"decoders built and compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    done = {
-        n: measure_alternating(gens, prompt(n, config.vocab), new, args.rounds) for n in lengths
-    }
+    done = {}
+    for n in lengths:  # each length's figures printed as they come: a long run may be cut
+        done[n] = measure_alternating(gens, prompt(n, config.vocab), new, args.rounds)
+        for name, (pre, dec, _) in done[n].items():
+            print(f"  {name} prompt {n}: prefill {pre:.2f} ms, decode {dec:.3f} ms/token "
+                  f"({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
     for name in gens:
         table.run(name, lambda n, name=name: done[n][name])
     gens = None  # their plans and caches go before the next peer loads

@@ -34,7 +34,11 @@ from .sampling import Sampling
 # token warm, 7 / 4 / 3 plans (first run 209 / 58 / 32 s); a 100-token prompt exact 632 ms,
 # padded to 128 736 ms, but each new exact length compiles a plan (~10 s)
 DECODE_BUCKET = 64  # past rows fed per decode plan: a multiple of this
-CPU_CACHE = "static"  # from_config's cache layout on the cpu (cuda: always static); see BENCHMARKS
+# from_config on the cpu keeps the cache in place up to this many rows, else the concat layout
+# (cuda: always in place). Measured (BENCHMARKS.md, KV cache in place), tiny config, 32 tokens:
+# max_context 224: static 6.6 / 8.0 ms per token at 5 / 128 of context, concat 6.8 / 8.8; at
+# 2048 static 22.1 / 42.7 (attention over every row), concat 11.5 / 17.0
+CPU_STATIC_ROWS = 256
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)  # prompt lengths padded up to these
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)")
 
@@ -262,8 +266,8 @@ class TextGenerator:
         precision: str = "fp32", cache: str | None = None, **kw
     ) -> TextGenerator:  # fmt: skip
         """A Gemma 3 decoder (``gemma3.Gemma3Config`` and its GGUF-named weights), the cache
-        ``"static"`` (kept in place: the default on cuda, and on the cpu ``CPU_CACHE``) or
-        ``"concat"``; the rest as ``from_onnx``.
+        ``"static"`` (kept in place: the default on cuda, and on the cpu up to
+        ``CPU_STATIC_ROWS`` of max_context) or ``"concat"``; the rest as ``from_onnx``.
 
         >>> c = gemma3.Gemma3Config.tiny()
         >>> gen = TextGenerator.from_config(c, gemma3.random_weights(c), target="cpu")"""
@@ -272,7 +276,8 @@ class TextGenerator:
         from . import gemma3
 
         target = target or pyforge.default_target()
-        cache = cache or ("static" if target == "cuda" else CPU_CACHE)
+        static = target == "cuda" or max_context <= CPU_STATIC_ROWS
+        cache = cache or ("static" if static else "concat")
         if cache == "static":
             kw["state"] = gemma3.state_map(config)
         proto = gemma3.build_decoder(config, weights, precision, "last", max_context, cache)

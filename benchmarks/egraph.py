@@ -85,7 +85,7 @@ def bench(spec: str, runs: int) -> tuple[float, float]:
     merged = sum(r.chosen == "merged" for r in rep.regions)
     blas = sum(g.chosen == "openblas" for g in rep.groups)
     print(
-        f"{spec}: {len(rep.regions)} QKV regions, {merged} merged; {len(rep.groups)} other GEMM "
+        f"{spec}: {len(rep.regions)} shared-input regions (QKV, 1x1 branches), {merged} merged; {len(rep.groups)} other GEMM "
         f"groups, {blas} on OpenBLAS; launches {greedy.stats['launches']} -> "
         f"{eg.stats['launches']}; max |diff| vs ORT greedy {err_g:.3g} egraph {err_e:.3g}"
     )

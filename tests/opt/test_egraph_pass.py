@@ -151,7 +151,7 @@ def test_each_gemm_runs_on_the_implementation_its_cost_picks(monkeypatch, which,
     assert g.chosen == want and set(g.alternatives) == {"own", "openblas"}
     impls = set(m.runtime.gemm_impls.values())
     assert impls == {"OpenBLAS sgemm" if want == "openblas" else "pyforge sgemm (AVX2)"}
-    assert m.details["egraph"].predicted == pytest.approx((1e-3, min(1e-3, blas_s)))
+    assert m.details["egraph"].predicted == pytest.approx((1e-3, min(1e-3, 1.1 * blas_s)))
 
 
 @pytest.mark.slow

@@ -18,6 +18,9 @@ from .extract import SearchLog, branch_and_bound, must_classes
 from .impl import GemmGroup, _plain, blas_rules, find_groups, mark_openblas, own_runs
 from .rules import Rule, SaturationReport, Subst, saturate
 
+# an OpenBLAS alternative is costed at this times its measured time: a kernel timed alone on a
+# loaded machine must look >= 10% cheaper than own sgemm before the plan leaves own sgemm
+OPENBLAS_MARGIN = 1.10
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
 KernelCost = Callable[[str, tuple, str], tuple[float, str]]
 
@@ -163,7 +166,10 @@ class _Costs:
 
     def _price(self, n: ENode) -> tuple[float, str]:
         req = self.request(n)
-        return (0.0, "free") if req is None else self.cost(*req)
+        if req is None:
+            return 0.0, "free"
+        seconds, how = self.cost(*req)
+        return seconds * (OPENBLAS_MARGIN if req[0].endswith("/blas") else 1.0), how
 
     def total(self, n: ENode) -> tuple[float, str]:
         """An alternative's cost with its kernels' one level down (the region's GEMMs)."""

@@ -141,12 +141,19 @@ def hf_worker(args) -> int:
 
 
 class Worker:
-    """A peer in another process: it prints {"ready": what} once, then answers each request
-    line with one JSON line [prefill ms, decode ms/token, tokens]."""
+    """A peer in another process: it prints {"ready": what} once loaded (read by ``ready``, so
+    workers load side by side), then answers each request line with one JSON line [prefill ms,
+    decode ms/token, tokens]."""
 
     def __init__(self, argv: list[str]):
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.ready = self._answer()["ready"]
+        self._ready = None
+
+    @property
+    def ready(self) -> str:
+        if self._ready is None:
+            self._ready = self._answer()["ready"]
+        return self._ready
 
     def _answer(self):
         for line in self.proc.stdout:
@@ -155,6 +162,7 @@ class Worker:
         raise RuntimeError(f"the worker exited with {self.proc.wait()}")
 
     def __call__(self, ids: list[int], new: int, **extra):
+        self.ready  # noqa: B018  (loaded)
         self.proc.stdin.write(json.dumps({"ids": ids, "new": new, **extra}) + "\n")
         self.proc.stdin.flush()
         return tuple(self._answer())
@@ -215,9 +223,25 @@ def make_peers(args, config, weights, lengths, new):
         hf = Worker(argv)
         workers.append(hf)
         if "hf" in want:
-            peers["HF eager (forward loop)"], about["HF"] = hf, hf.ready
+            peers["HF eager (forward loop)"] = hf
         if "hf-compile" in want:
             peers["HF static cache + torch.compile"] = lambda i, n: hf(i, n, mode="compile")
+    files = {"llama": ("Q4_K_M", args.gguf), "llama-f32": ("F32", args.f32_gguf)}
+    for peer, (kind, path) in files.items():
+        if peer not in want:
+            continue
+        if not os.path.isdir(os.path.join(args.llama_node, "node_modules", "node-llama-cpp")):
+            print(f"{peer}: no node-llama-cpp under {args.llama_node}: skipped", file=sys.stderr)
+            continue
+        if not os.path.exists(path):
+            t0 = time.monotonic()
+            f32_gguf(args.gguf, path)
+            print(f"wrote {path} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        for threads in args.llama_threads.split(","):
+            script = os.path.join(HERE, "llama_node.mjs")
+            w = Worker(["node", script, args.llama_node, path, threads])
+            workers.append(w)
+            peers[f"llama.cpp {kind}, {threads} thread{'s' * (threads != '1')}"] = w
     if "pyforge" in want or "ort" in want:
         import numba
         import onnxruntime as ort
@@ -238,24 +262,11 @@ def make_peers(args, config, weights, lengths, new):
             sess = ort.InferenceSession(proto.SerializeToString(), so)
             peers["ONNX Runtime cpu (same decoder)"] = lambda ids, n: ort_run(sess, ids, n)
             about["ORT"] = f"onnxruntime {ort.__version__}"
-    files = {"llama": ("Q4_K_M", args.gguf), "llama-f32": ("F32", args.f32_gguf)}
-    for peer, (kind, path) in files.items():
-        if peer not in want:
-            continue
-        if not os.path.isdir(os.path.join(args.llama_node, "node_modules", "node-llama-cpp")):
-            print(f"{peer}: no node-llama-cpp under {args.llama_node}: skipped", file=sys.stderr)
-            continue
-        if not os.path.exists(path):
-            t0 = time.monotonic()
-            f32_gguf(args.gguf, path)
-            print(f"wrote {path} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        for threads in args.llama_threads.split(","):
-            script = os.path.join(HERE, "llama_node.mjs")
-            w = Worker(["node", script, args.llama_node, path, threads])
-            workers.append(w)
-            peers[f"llama.cpp {kind}, {threads} thread{'s' * (threads != '1')}"] = w
-            about["llama.cpp"] = f"{w.ready} (node-llama-cpp 3.21.1)"
-    return peers, about, workers
+    rank = ("pyforge", "ONNX", "HF eager", "HF static", "llama.cpp Q4", "llama.cpp F32")
+    order = sorted(
+        peers, key=lambda name: next(i for i, r in enumerate(rank) if name.startswith(r))
+    )
+    return {name: peers[name] for name in order}, about, workers
 
 
 def median_row(results: list[tuple], ref: list[int] | None) -> str:
@@ -298,11 +309,17 @@ def main(argv=None) -> int:
     lengths, new = [int(n) for n in args.lengths.split(",")], args.new
     peers, about, workers = make_peers(args, config, weights, lengths, new)
     weights = None
+    for w in workers:
+        about["HF" if "--hf-worker" in w.proc.args else "llama.cpp"] = w.ready
+    about["llama.cpp"] += " (node-llama-cpp 3.21.1)" if "llama.cpp" in about else ""
     ids = {n: prompt(n, config.vocab) for n in lengths}
     for name, fn in peers.items():  # untimed: plans compiled, caches sized, weights paged in
-        for n in lengths:
+        for n in lengths:  # a plan per decode bucket: pyforge and torch.compile run them all
             t0 = time.monotonic()
-            fn(ids[n], new)
+            try:
+                fn(ids[n], new if name.startswith(("pyforge", "HF static")) else 2)
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name} prompt {n}: {type(e).__name__}: {e}", file=sys.stderr)
             print(f"  {name} prompt {n}: first call {time.monotonic() - t0:.1f} s (untimed)",
                   file=sys.stderr, flush=True)  # fmt: skip
     results = {(name, n): [] for name in peers for n in lengths}
@@ -312,7 +329,11 @@ def main(argv=None) -> int:
             break
         for n in lengths:
             for name, fn in peers.items():
-                results[name, n].append(fn(ids[n], new))
+                try:
+                    results[name, n].append(fn(ids[n], new))
+                except Exception as e:  # noqa: BLE001  (a peer that fails says why, once)
+                    print(f"  {name} prompt {n}: {type(e).__name__}: {e}", file=sys.stderr)
+                    continue
                 pre, dec, _ = results[name, n][-1]
                 print(f"  round {r} {name} prompt {n}: {pre:.1f} ms, {dec:.2f} ms/token",
                       file=sys.stderr, flush=True)  # fmt: skip
@@ -329,7 +350,12 @@ def main(argv=None) -> int:
     print(f"cells: prefill ms, decode ms/token, greedy tokens equal to {first}'s")
     print(f"{'peer':34s}" + "".join(f" | prompt {n:<16d}" for n in lengths))
     for name in peers:
-        cells = [median_row(results[name, n], results[first, n][-1][2]) for n in lengths]
+        cells = [
+            median_row(results[name, n], results[first, n][-1][2] if results[first, n] else None)
+            if results[name, n]
+            else "failed"
+            for n in lengths
+        ]
         print(f"{name:34s}" + "".join(f" | {c:23s}" for c in cells))
     return 0
 

@@ -395,7 +395,7 @@ def generate_bench(args, port: int) -> list[str]:
     rng = np.random.default_rng(5)
     words = ["hello", "world", "the", "at", "a", "tag", "red", "door"]
     got: dict[str, list] = {"served": [], "direct": []}
-    wrong = 0
+    wrong, inside = 0, []  # inside: the replica's own decode ms per token
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     for i in range(args.gen_requests + 2):  # two warm-up rounds
         prompt = " ".join(rng.choice(words, 6))
@@ -416,6 +416,7 @@ def generate_bench(args, port: int) -> list[str]:
         ]
         wrong += tokens != lines[-1]["tokens"]
         if i >= 2:
+            inside.append(lines[-1]["decode_ms_per_token"])
             for k, (start, ts) in {"served": (t0, times[:-1]), "direct": (t1, dtimes)}.items():
                 got[k].append(
                     ((ts[0] - start) * 1e3, np.diff(ts).mean() * 1e3 if len(ts) > 1 else np.nan)
@@ -428,6 +429,10 @@ def generate_bench(args, port: int) -> list[str]:
             f"/generate {k}: {len(v)} requests of {args.gen_tokens} tokens, first token {first:.1f} ms, then {per:.2f} ms per token (medians)"
         )
         print(notes[-1], flush=True)
+    notes.append(
+        f"/generate: the replica's own decode, its last line: {np.median(inside):.2f} ms/token"
+    )
+    print(notes[-1], flush=True)
     notes.append(
         f"/generate: {wrong} of {args.gen_requests + 2} requests with tokens other than the direct generate's"
     )
@@ -547,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sweep.pool.terminate()
         stop()
-        if args.md and (sweep.rows or hop_rows):  # what was measured, also when a level failed
+        if args.md and (
+            sweep.rows or hop_rows or notes
+        ):  # what was measured, also when a level failed
             _append(args, notes, sweep.rows, hop_rows)
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -92,22 +93,40 @@ class GeneratorServer:
         return StreamingResponse(self._lines(tokens, t0), media_type=NDJSON)
 
     async def _lines(self, tokens, t0: float):
-        loop, end = asyncio.get_running_loop(), object()
+        loop, came, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+
+        def produce() -> None:  # the whole generation on the model's thread, never waiting on
+            try:  # the stream: tokens that come faster than it sends go out as one chunk
+                self.gen.reset()
+                for token in tokens:
+                    loop.call_soon_threadsafe(came.put_nowait, token)
+                    if stop.is_set():  # the client went away
+                        break
+            finally:
+                loop.call_soon_threadsafe(came.put_nowait, None)
+
         self.metrics.queue.inc()
         try:
             async with self._turn:
                 queued = time.perf_counter()
-                await loop.run_in_executor(self._thread, self.gen.reset)
-                ids, shown = [], ""
-                while (
-                    token := await loop.run_in_executor(self._thread, next, tokens, end)
-                ) is not end:
-                    ids.append(token)
-                    text = self.gen.tokenizer.decode(ids) if self.gen.tokenizer else ""
-                    whole = text.startswith(shown) and not text.endswith("\ufffd")
-                    piece = text[len(shown) :] if whole else ""  # else wait: half a character
-                    shown += piece
-                    yield json.dumps({"token": token, "text": piece}) + "\n"
+                running = loop.run_in_executor(self._thread, produce)
+                ids, shown, done = [], "", False
+                while not done:
+                    got = [await came.get()]
+                    while not came.empty():
+                        got.append(came.get_nowait())
+                    done = got[-1] is None
+                    chunk = []
+                    for token in got[:-1] if done else got:
+                        ids.append(token)
+                        text = self.gen.tokenizer.decode(ids) if self.gen.tokenizer else ""
+                        whole = text.startswith(shown) and not text.endswith("\ufffd")
+                        piece = text[len(shown) :] if whole else ""  # else wait: half a character
+                        shown += piece
+                        chunk.append(json.dumps({"token": token, "text": piece}) + "\n")
+                    if chunk:
+                        yield "".join(chunk)
+                await running  # its error, if it had one
                 r = self.gen.last
             total = time.perf_counter() - t0
             yield json.dumps({
@@ -120,6 +139,7 @@ class GeneratorServer:
         except errors.PyforgeError as e:  # after the 200: the last line says what went wrong
             yield json.dumps({"error": str(e), "type": type(e).__name__}) + "\n"
         finally:
+            stop.set()
             self.metrics.queue.dec()
 
 

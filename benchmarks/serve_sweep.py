@@ -578,9 +578,7 @@ def _append(args, notes: list[str], rows: list[dict], hop_rows: list[str]) -> No
         "    python benchmarks/serve_sweep.py " + " ".join(sys.argv[1:]),
         "",
         *([HOPS_HEADER, *hop_rows, ""] if hop_rows else []),
-        HEADER,
-        *(_fmt(r) for r in rows),
-        "",
+        *([HEADER, *(_fmt(r) for r in rows), ""] if rows else []),
         *(f"- {n}" for n in notes),
         "",
     ]

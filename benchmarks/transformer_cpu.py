@@ -100,20 +100,21 @@ def steps(name: str, seq: int, rounds: int, top: int) -> None:
             call()
             times[i].append(time.perf_counter() - t)
     med = [float(np.median(t)) * 1e3 for t in times]
+    low = [min(t) * 1e3 for t in times]  # on a loaded machine the nearer to a quiet figure
 
     def kind(i: int) -> str:
         return rt.gemm_impls.get(i) or f"kernel {plan[i].label.split()[0]}"
 
-    print(f"{name} seq {seq}: the {top} slowest of {len(med)} steps (median ms)")
+    print(f"{name} seq {seq}: the {top} slowest of {len(med)} steps (median, min ms)")
     for i in sorted(range(len(med)), key=lambda i: -med[i])[:top]:
-        print(f"  {i:4d} {kind(i):28s} {plan[i].label[:60]:60s} {med[i]:8.3f}")
+        print(f"  {i:4d} {kind(i):28s} {plan[i].label[:50]:50s} {med[i]:8.3f} {low[i]:8.3f}")
     kinds: dict[str, list] = {}
-    for i, t in enumerate(med):
-        k = kinds.setdefault(kind(i), [0.0, 0])
-        k[0], k[1] = k[0] + t, k[1] + 1
-    for k, (t, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
-        print(f"  {n:4d} x {k:28s} {t:8.3f} ms")
-    print(f"  all steps {sum(med):.3f} ms  load {os.getloadavg()[0]:.2f}", flush=True)
+    for i in range(len(med)):
+        k = kinds.setdefault(kind(i), [0.0, 0.0, 0])
+        k[0], k[1], k[2] = k[0] + med[i], k[1] + low[i], k[2] + 1
+    for k, (t, lo, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {n:4d} x {k:28s} {t:8.3f} {lo:8.3f} ms")
+    print(f"  all steps {sum(med):.3f} (min {sum(low):.3f}) ms  load {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:

@@ -107,6 +107,14 @@ def test_cost_model_measures_caches_and_falls_back(tmp_path, monkeypatch):
         CostModel("cpu").seconds("conv", shapes, "float32")
 
 
+def convs_on_openblas_too(monkeypatch) -> None:
+    """Offer convs the OpenBLAS alternative (off by default: see impl.OPENBLAS_OPS)."""
+    from pyforge.opt.egraph import impl, parallel_gemm
+
+    for mod in (impl, parallel_gemm):
+        monkeypatch.setattr(mod, "OPENBLAS_OPS", ("MatMul", "Gemm", "Conv"))
+
+
 def gemm_models():
     """A MatMul + bias + Relu and a 3x3 Conv + Relu, each big enough for own sgemm."""
     rng = np.random.default_rng(3)
@@ -144,6 +152,8 @@ def test_each_gemm_runs_on_the_implementation_its_cost_picks(monkeypatch, which,
         cm.CostModel, "seconds", lambda s, k, *_: (blas_s if "/" in k else 1e-3, "x")
     )
     monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
+    if which == "conv":
+        convs_on_openblas_too(monkeypatch)
     model, shape = gemm_models()[which]
     feeds = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
     m, _ = check_against_ort(model, feeds, optimizer="egraph")
@@ -159,6 +169,8 @@ def test_each_gemm_runs_on_the_implementation_its_cost_picks(monkeypatch, which,
 def test_each_gemm_runs_on_the_implementation_its_measured_cost_picks(tmp_path, monkeypatch, which):
     """Measured once for real (both implementations), then the cached table is rewritten so that
     each side in turn is the cheaper: the plan follows it and matches ORT either way."""
+    if which == "conv":
+        convs_on_openblas_too(monkeypatch)
     model, shape = gemm_models()[which]
     feeds = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
     monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
@@ -235,3 +247,14 @@ def test_convs_sharing_an_input_merge_by_their_costs_and_match_ort(monkeypatch, 
     outs = {cm.candidate_graph("group", (s,), "float32")[0].outputs[0].shape for s in specs}
     assert outs == {(1, 8, 12, 12), (1, 16, 12, 12), (1, 24, 12, 12)}
     assert ("split", ((1, 24, 12, 12), (8, 16), 1)) in asked
+
+
+def test_convs_get_no_openblas_alternative_by_default(monkeypatch):
+    from pyforge.lower_numba import costs as cm
+
+    monkeypatch.setattr(cm.CostModel, "seconds", lambda s, k, *_: (1e-6 if "/" in k else 1e-3, "x"))
+    monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
+    model, _ = gemm_models()["conv"]
+    m = pyforge.compile(model, target="cpu", optimizer="egraph")
+    assert m.details["egraph"].groups == []
+    assert set(m.runtime.gemm_impls.values()) == {"pyforge sgemm (AVX2)"}

@@ -15,7 +15,7 @@ import numpy as np
 from ...ir import Graph, Node, Value
 from .egraph import EGraph, ENode
 from .extract import SearchLog, branch_and_bound, must_classes
-from .impl import GemmGroup, _plain, blas_rules, find_groups, mark_openblas, own_runs
+from .impl import OPENBLAS_OPS, GemmGroup, _plain, blas_rules, find_groups, mark_openblas, own_runs
 from .rules import Rule, SaturationReport, Subst, saturate
 
 # an OpenBLAS alternative is costed at this times its measured time: a kernel timed alone on a
@@ -232,7 +232,9 @@ def optimise(
             return own_runs(*report.groups[next(iter(eg.nodes(s["?g"]))).payload].mnk)
         x, w = _shape(eg, s["?x"], leaves), _shape(eg, s["?w"], leaves)
         rows, cols = int(np.prod(x[:-1])), w[-1]  # a conv's GEMM: output channels by pixels
-        return own_runs(*((cols, rows) if eg.find(s["?x"]) in costs.convs else (rows, cols)), w[0])
+        if eg.find(s["?x"]) not in costs.convs:
+            return own_runs(rows, cols, w[0])
+        return "Conv" in OPENBLAS_OPS and own_runs(cols, rows, w[0])
 
     if roots:
         rules = RULES + blas_rules(own_would_run)

@@ -35,6 +35,9 @@ def test_help_lists_the_flags(capsys):
         "--batch-wait-ms",
         "--host",
         "--port",
+        "--generate",
+        "--tokenizer",
+        "--access-log",
     ):
         assert flag in out
 

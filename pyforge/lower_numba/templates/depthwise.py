@@ -51,16 +51,18 @@ def grouped_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> st
     acc, plane = kb.tmp("acc"), kb.tmp("out")
     with kb.at_row():
         dims = (H, W, C, OG, OW, kb.int_param(oh_, "OH"))
-        _plane(kb, (xs, ws, t, plane), (n, co), dims, (cg, h, wd), geo)
-    _cpu(kb, f"{acc} = {plane}[{oh} * {OW} + {ow}]")
+        pitch = _plane(kb, (xs, ws, t, plane), (n, co), dims, (cg, h, wd), geo)
+    _cpu(kb, f"{acc} = {plane}[{oh} * {pitch} + {ow}]")
     _cuda_sum(kb, (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg), geo)
     return acc
 
 
-def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple, geo) -> None:
+def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple, geo) -> str:
     """cpu, once per output plane (image, channel): its group's input channels copied into a
     zero-padded buffer, then each output row one loop over the width, every tap a constant
-    offset into a row view (no bounds test, no index wrap: it vectorises)."""
+    offset into a row view (no bounds test, no index wrap: it vectorises). At stride 1 the
+    rows are one loop over the plane at the padded width (a 7-wide row fills no vector), the
+    padding columns computed and never read. Returns the output plane's row pitch."""
     (xs, ws, t, out), (n, co), (H, W, C, OG, OW, OH), (cg, h, wd) = names, at, dims, sizes
     (kh, kw), (sh, sw), (dh, dw), pads = geo
     # a stride-s row is stored as s phases (padded column c at phase c % s, place c // s),
@@ -73,9 +75,11 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
     src, dst, ar = kb.tmp("sx"), kb.tmp("dx"), kb.tmp("ar")
     # once per thread: every plane rewrites the same interior, so the padding stays zero
     kb.setup += [
-        f"{buf} = np.zeros({cg} * {HP} * {WR}, {t})",
-        f"{out} = np.empty({OH} * {OW}, {t})",
+        f"{buf} = np.zeros({cg} * {HP} * {WR} + {(kw - 1) * dw}, {t})",
+        f"{out} = np.empty({OH} * {WR}, {t})",
     ]
+    flat = (sh, sw) == (1, 1)
+    rows, width, pitch = ("1", f"{OH} * {WR}", WR) if flat else (OH, OW, OW)
     _cpu(kb, f"{c0} = ({co} // {OG}) * {cg}")
     _cpu(kb, f"for {ci} in range({cg}):")
     _cpu(kb, f"for {r} in range({H}):", 1)
@@ -90,10 +94,10 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
         _cpu(kb, f"{dst} = {buf}[{row} + {phase} * {WQ} + {kb.int_param(lo, 'c')}:]", 2)
         _cpu(kb, f"for {s} in range({kb.int_param(hi - lo, 'L')}):", 2)
         _cpu(kb, f"{dst}[{s}] = {src}[{s} * {sw}]", 3)
-    _cpu(kb, f"for {q} in range({OH}):")
-    _cpu(kb, f"{ar} = {out}[{q} * {OW}:]", 1)
+    _cpu(kb, f"for {q} in range({rows}):")
+    _cpu(kb, f"{ar} = {out}[{q} * {pitch}:]", 1)
     if cg > 1:
-        _cpu(kb, f"for {j} in range({OW}):", 1)
+        _cpu(kb, f"for {j} in range({width}):", 1)
         _cpu(kb, f"{ar}[{j}] = {lit(0, t)}", 2)
     _cpu(kb, f"for {ci} in range({cg}):", 1)
     _cpu(kb, f"{wb} = ({co} * {cg} + {ci}) * {kh * kw}", 2)
@@ -110,8 +114,9 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
                 row = f"({ci} * {HP} + {q} * {sh} + {ky * dh}) * {WR} + {phase} * {WQ}"
                 _cpu(kb, f"{a} = {buf}[{row}:]", 2)
             terms.append(f"{views[ky, phase]}[{j} + {place}] * {wv[ky * kw + kx]}")
-    _cpu(kb, f"for {j} in range({OW}):", 2)
+    _cpu(kb, f"for {j} in range({width}):", 2)
     _cpu(kb, f"{ar}[{j}] {'+=' if cg > 1 else '='} " + " + ".join(terms), 3)
+    return pitch
 
 
 def _cuda_sum(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, geo) -> None:

@@ -1,10 +1,12 @@
 """The replica's batcher without a server: a lone request runs at once, the requests that arrive
 while the model runs form the next batch (up to the largest plan), every answer is its own
-request's, and an error in a batch reaches each of its requests."""
+request's, an error in a batch reaches each of its requests, and /predict's answer says where
+its time went (Server-Timing)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 
 import numpy as np
@@ -14,7 +16,7 @@ from pyforge import errors
 from pyforge.serve.engine import example_inputs
 from tests.helpers import ATOL, RTOL
 
-from .common import mlp_path
+from .common import mlp_path, npy
 
 pytest.importorskip("ray.serve")
 
@@ -67,3 +69,25 @@ def test_an_error_in_a_batch_reaches_each_request(server, monkeypatch):
     got = asyncio.run(drive())
     assert len(got) == 3 and all(isinstance(e, errors.InputError) for e in got)
     assert not server._busy and not server._pending
+
+
+def test_predict_route_answers_with_where_its_time_went(server):
+    from starlette.requests import Request
+
+    x = example_inputs(server.engine, seed=17, rows=2)["x"]
+    body = npy(x)
+    headers = [(b"content-type", b"application/x-npy"), (b"content-length", b"%d" % len(body))]
+    scope = {"type": "http", "method": "POST", "path": "/predict", "headers": headers,
+             "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 80)}  # fmt: skip
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    response = asyncio.run(server(Request(scope, receive)))
+    assert response.status_code == 200
+    got = np.load(io.BytesIO(response.body))
+    np.testing.assert_allclose(got, server.engine.predict({"x": x})["y"], rtol=RTOL, atol=ATOL)
+    spans = dict(p.strip().split(";", 1) for p in response.headers["server-timing"].split(","))
+    assert set(spans) == {"read", "decode", "queue", "model", "reply", "encode", "batch", "at"}
+    assert all(float(spans[k].split("=")[1]) >= 0 for k in ("read", "decode", "model", "encode"))
+    assert spans["batch"] == "desc=1" and abs(float(spans["at"][5:]) - time.time()) < 60

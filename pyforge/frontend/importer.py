@@ -232,7 +232,7 @@ class _Importer:
         if name in self.masks:
             onode = self._masked(onode, name, opset)
         opdef = OPS.get(onode.op_type) if domain == "" else None
-        if opdef is None:
+        if opdef is None or _conv3d(onode, self.values):
             self._expand(onode, name, attrs, opset, domain)
             return
         try:
@@ -320,6 +320,12 @@ class _Importer:
             else {a.name: a for a in onode.attribute}
         )
         run_rule(lambda b: inline_function(b, fn, attributes), b)
+
+
+def _conv3d(onode: onnx.NodeProto, values: dict) -> bool:
+    """A 3-d Conv: computed by its expansion (expansions/conv3d.py) as 2-d ones."""
+    x = values.get(onode.input[0]) if onode.op_type == "Conv" and onode.input else None
+    return x is not None and len(x.shape) == 5
 
 
 def _all_nodes(g: onnx.GraphProto):

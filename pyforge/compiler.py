@@ -143,14 +143,15 @@ def mark_state(graph, state: dict[str, str]) -> None:
 
 def _egraph_pass(out: dict):
     """The e-graph pass with the cpu target's measured kernel costs; its report goes in ``out``."""
-    from .exec.cpu import CpuRuntime
+    from .exec.cpu import CpuRuntime, own
     from .lower_numba.costs import CostModel
+    from .opt.egraph.impl import Backend
     from .opt.egraph.parallel_gemm import optimise
 
-    costs = CostModel("cpu", make_runtime=CpuRuntime)
+    costs, blas = CostModel("cpu", make_runtime=CpuRuntime), Backend(own.takes, own.OPENBLAS)
 
     def run(graph):
-        graph, out["report"] = optimise(graph, costs.seconds, prefetch=costs.measure)
+        graph, out["report"] = optimise(graph, costs.seconds, prefetch=costs.measure, backend=blas)
         return graph
 
     return run

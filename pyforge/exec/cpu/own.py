@@ -56,15 +56,18 @@ _RESIDUAL = """\
 """
 
 
+def takes(m: int, n: int, k: int) -> bool:
+    """At least one full micro-tile and big enough to split: the GEMM sizes own sgemm runs."""
+    return m >= sg.MR and n >= sg.NR and m * n * k >= 1 << 18
+
+
 def usable(step: GemmStep, views: dict, constant: bool) -> bool:
     """float32, at least one full micro-tile, big enough to split, an alpha foldable into the
     prepacked weight, and a CPU with AVX2 + FMA."""
     b = step.conv.x if step.conv else step.b  # a conv's columns may be left unmade
     return (
         all(views[t].dtype == np.float32 for t in (step.a, b, step.d))
-        and step.m >= sg.MR
-        and step.n >= sg.NR
-        and step.m * step.n * step.k >= 1 << 18
+        and takes(step.m, step.n, step.k)
         and (step.alpha == 1.0 or constant)
         and sg.available()
         and OPENBLAS not in step.label

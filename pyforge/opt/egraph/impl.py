@@ -3,8 +3,9 @@ Conv with its elementwise epilogue, as fusion will group it) runs on pyforge's o
 or on OpenBLAS. The e-class of a group holds ``Gemm`` (own) and, by the rule ``gemm-on-openblas``
 where own sgemm would run it at all, ``GemmBlas``; each is costed by timing the group itself
 (``lower_numba/costs.py``, kind ``group`` or ``group/blas``). A group chosen for OpenBLAS gets
-``exec.cpu.own.OPENBLAS`` in its anchor's name, which its GEMM step's label carries to the
-runtime.
+the backend's tag (``exec.cpu.own.OPENBLAS``) in its anchor's name, which its GEMM step's label
+carries to the runtime. The runtime's facts (which sizes own sgemm takes, the tag) come in as a
+``Backend`` from the compiler: this layer imports no exec.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...exec.cpu.own import OPENBLAS
-from ...exec.cpu.sgemm import MR, NR
 from ...ir import Graph, Node
 from ...ops.registry import kind_of
 from ..fusion import _partition
@@ -110,10 +109,14 @@ def find_groups(graph: Graph, taken: set[int]) -> list[GemmGroup]:
     return out
 
 
-def own_runs(m: int, n: int, k: int) -> bool:
-    """Own sgemm takes a GEMM this size (exec/cpu/own.usable's size test), so OpenBLAS is an
-    alternative; below it OpenBLAS runs it either way."""
-    return m >= MR and n >= NR and m * n * k >= 1 << 18
+@dataclass(frozen=True)
+class Backend:
+    """The cpu runtime's GEMM facts: ``takes(m, n, k)``, whether own sgemm runs a GEMM this size
+    (else OpenBLAS runs it either way: no alternative), and ``tag``, the label mark that sends a
+    step to OpenBLAS."""
+
+    takes: Callable[[int, int, int], bool]
+    tag: str
 
 
 def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
@@ -126,8 +129,8 @@ def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
     ]
 
 
-def mark_openblas(nodes: list[Node]) -> None:
+def mark_openblas(nodes: list[Node], tag: str) -> None:
     """Name each GEMM anchor for OpenBLAS: its GEMM step's label (``op name``) carries it."""
     for n in nodes:
-        if OPENBLAS not in n.name:
-            n.name += OPENBLAS
+        if tag not in n.name:
+            n.name += tag

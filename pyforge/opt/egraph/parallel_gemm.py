@@ -15,7 +15,7 @@ import numpy as np
 from ...ir import Graph, Node, Value
 from .egraph import EGraph, ENode
 from .extract import SearchLog, branch_and_bound, must_classes
-from .impl import OPENBLAS_OPS, GemmGroup, _plain, blas_rules, find_groups, mark_openblas, own_runs
+from .impl import OPENBLAS_OPS, Backend, GemmGroup, _plain, blas_rules, find_groups, mark_openblas
 from .rules import Rule, SaturationReport, Subst, saturate
 
 # an OpenBLAS alternative is costed at this times its measured time: a kernel timed alone on a
@@ -184,11 +184,13 @@ def optimise(
     cost: KernelCost,
     budget: float = 5.0,
     prefetch: Callable[[list[tuple[str, tuple, str]]], None] | None = None,
+    backend: Backend | None = None,
 ) -> tuple[Graph, Report]:
     """Choose, per region, GEMMs apart or one merged GEMM and a split, and for every GEMM own
     sgemm or OpenBLAS; rewrite the graph. ``prefetch(kernels)``, when given, measures every
     kernel the search may ask for at once (alternated, so the alternatives see the same load)
-    before ``cost`` is asked."""
+    before ``cost`` is asked. Without ``backend`` (the runtime's GEMM facts) no GEMM is offered
+    OpenBLAS."""
     t0 = time.perf_counter()
     report = Report(find_regions(graph))
     taken = {id(n) for r in report.regions for pair in r.gemms for n in pair}
@@ -229,15 +231,15 @@ def optimise(
 
     def own_would_run(eg: EGraph, s: Subst) -> bool:
         if "?g" in s:
-            return own_runs(*report.groups[next(iter(eg.nodes(s["?g"]))).payload].mnk)
+            return backend.takes(*report.groups[next(iter(eg.nodes(s["?g"]))).payload].mnk)
         x, w = _shape(eg, s["?x"], leaves), _shape(eg, s["?w"], leaves)
         rows, cols = int(np.prod(x[:-1])), w[-1]  # a conv's GEMM: output channels by pixels
         if eg.find(s["?x"]) not in costs.convs:
-            return own_runs(rows, cols, w[0])
-        return "Conv" in OPENBLAS_OPS and own_runs(cols, rows, w[0])
+            return backend.takes(rows, cols, w[0])
+        return "Conv" in OPENBLAS_OPS and backend.takes(cols, rows, w[0])
 
     if roots:
-        rules = RULES + blas_rules(own_would_run)
+        rules = RULES + (blas_rules(own_would_run) if backend else [])
         report.saturation = saturate(eg, rules, max_iterations=6)
         must = must_classes(eg)
         if prefetch is not None:
@@ -269,7 +271,8 @@ def optimise(
         if choice[eg.find(root)].op == "GemmBlas":
             g.chosen = "openblas"
             blas.append(g.members[0])
-    mark_openblas(blas)
+    if backend:
+        mark_openblas(blas, backend.tag)
     report.seconds = time.perf_counter() - t0
     return graph, report
 

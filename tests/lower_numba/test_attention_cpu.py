@@ -16,3 +16,12 @@ def test_several_query_blocks_and_partial_panels():
     feeds["q"] *= 8  # scores ~ N(0, 64): exps from 1 down past float32's normal range
     _, err = check_against_ort(model, feeds)
     assert err < 1e-5
+
+
+def test_decode_rows_read_keys_in_place_or_strided():
+    # fewer query rows than a panel: keys and values in blocks of 64 (70 = 64 + 6), read in place
+    # when their rows are contiguous, element by element when k comes transposed
+    for k_form in ("transpose", "pre_t"):
+        model, feeds = core(b=2, h=3, sq=1, sk=70, d=8, dv=12, k_form=k_form, seed=4)
+        assert len(fused_attention_nodes(model)) == 1, k_form
+        check_against_ort(model, feeds)

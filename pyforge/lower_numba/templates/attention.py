@@ -63,6 +63,46 @@ def kernel(n, {params}):
                 hk = h // {G}
                 k0 = 0
                 nk = {SK}
+                if {SQ} < 6:  # decode: fewer rows than a panel; K and V read in place
+                    for i in range({SQ}):
+                        qr = {q_at}
+                        for d in range({D}):
+                            qp[d] = {q}[qr + d * {QD}] * sc
+                        sr = sb[: {SK}]
+                        for k0 in range(0, {SK}, 64):  # GEMVs below OpenBLAS's threading size
+                            nb = min(64, {SK} - k0)
+                            j = 0
+                            kr = {k_at}
+                            if {KD} == 1 and {KS} == {D}:  # key rows contiguous: in place
+                                kblk = {k}[kr : kr + nb * {D}].reshape((nb, {D}))
+                                sr[k0 : k0 + nb] = np.dot(kblk, qp[: {D}])
+                                continue
+                            for j in range(nb):
+                                kr = {k_at}
+                                x = f32(0)
+                                for d in range({D}):
+                                    x += qp[d] * {k}[kr + d * {KD}]
+                                sr[k0 + j] = x
+                        k0 = 0
+{mask}
+{softmax}
+                        ob[: {DV}] = 0
+                        for k0 in range(0, {SK}, 64):
+                            nb = min(64, {SK} - k0)
+                            j = 0
+                            vr = {v_at}
+                            if {VD} == 1 and {VS} == {DV}:
+                                vblk = {v}[vr : vr + nb * {DV}].reshape((nb, {DV}))
+                                ob[: {DV}] += np.dot(sr[k0 : k0 + nb], vblk)
+                                continue
+                            for j in range(nb):
+                                vr = {v_at}
+                                for d in range({DV}):
+                                    ob[d] += sr[k0 + j] * {v}[vr + d * {VD}]
+                        orow = {o_at}
+                        for d in range({DV}):
+                            {o}[orow + d * {OD}] = ob[d]
+                    continue
                 for j in range({SK}):
                     kr, vr = {k_at}, {v_at}
                     kq = (j // 16) * {D} * 16 + j % 16
@@ -86,21 +126,10 @@ def kernel(n, {params}):
                         i = q0 + r
                         sr = sb[r * skp : r * skp + {SK}]
 {mask}
+{softmax}
                         pq = (r // 6) * {SK} * 6 + r % 6
-                        mx = f32(-np.inf)
                         for j in range(nk):
-                            mx = max(mx, sr[j])
-                        if mx == -np.inf:
-                            for j in range(nk):
-                                pp[pq + j * 6] = np.nan
-                            continue
-                        tot = f32(0)
-                        for j in range(nk):
-                            sr[j] = fexp(sr[j] - mx)
-                            tot += sr[j]
-                        inv = f32(1) / tot
-                        for j in range(nk):
-                            pp[pq + j * 6] = sr[j] * inv
+                            pp[pq + j * 6] = sr[j]
                     for r in range(0, rows, 6):
                         for c in range(0, dvp, 16):
                             _micro({SK}, pp0 + r * {SK} * 4, vp0 + c * {SK} * 4, 0,
@@ -112,6 +141,21 @@ def kernel(n, {params}):
                             {o}[orow + d * {OD}] = ob[r * dvp + d]
             t = claim(nxt)
 """
+
+_ROW_SOFTMAX = """\
+mx = f32(-np.inf)
+for j in range(nk):
+    mx = max(mx, sr[j])
+if mx == -np.inf:  # every key masked: NaN, as ORT gives
+    sr[:nk] = np.nan
+else:
+    tot = f32(0)
+    for j in range(nk):
+        sr[j] = fexp(sr[j] - mx)
+        tot += sr[j]
+    inv = f32(1) / tot
+    for j in range(nk):
+        sr[j] *= inv"""
 
 _CUDA = """\
 from numba import cuda
@@ -272,6 +316,7 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     # loops over the row's keys
     cpu_f = _fields(node, names, kb.int_param, True)
     cpu_f["QB"] = kb.int_param(qb, "QB")
+    cpu_f["softmax"] = "\n".join(" " * 24 + ln for ln in _ROW_SOFTMAX.splitlines())
     # cuda: literals (local and shared array sizes must be); NT threads, BQ query rows of TPR
     # threads each; the merge at the end reuses the tile buffer
     cuda_f = _fields(node, names, lambda value, hint: str(int(value)), False)

@@ -41,6 +41,12 @@ final)  # the last check of a session: fused attention parity on cuda, the gpu t
   step 140 python3 -m pytest -q -m gpu -p no:cacheprovider tests/exec/test_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED" | tail -8
   step "${3:-140}" env NUMBA_NUM_THREADS=1 python3 -m tests.fuzz.run --seeds "$2" --jobs 15 --out "$OUT/fuzz_more.json" 2>&1 | grep -v -i warn | tee "$OUT/fuzz_more.txt" | tail -6
   ;;
+s9)  # the ninth session's first call: gpu tests, Gemma 3 generation with the in-place KV cache, a decode profile
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/exec/test_gpu.py tests/exec/test_threads.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED|Error" | tail -12
+  step 250 python3 benchmarks/generate_gpu.py --quick --budget 230 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -14
+  step 130 python3 scripts/profile_decode.py --ctx 256 --new 24 --top 20 2>&1 | grep -v -i warn | tee "$OUT/profile_decode.txt" | tail -45
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -94,7 +94,8 @@ def _group_graph(g: Graph, spec: list, rng) -> tuple[Graph, float, float]:
         made.append(Value(f"y{i}", tuple(shape), np.dtype(dtype)))
         g.add_node(Node(op, ins, [made[-1]], dict(attrs), name=f"n{i}"))
     g.outputs.append(made[-1])
-    w = spec[0][2][1]  # the anchor's weight: K = its size over the output channels
+    refs = spec[0][2]  # the anchor's weight: K = its size over the output channels
+    w = refs[1] if len(refs) > 1 and isinstance(refs[1], (list, tuple)) else None
     k = int(np.prod(w[1])) // max(w[1][0 if spec[0][0] == "Conv" else -1], 1) if w else 1
     nbytes = sum(v.nbytes for v in g.inputs) + made[-1].nbytes
     return g, 2.0 * made[0].size * k, float(nbytes)

@@ -115,6 +115,9 @@ def convs_on_openblas_too(monkeypatch) -> None:
         monkeypatch.setattr(mod, "OPENBLAS_OPS", ("MatMul", "Gemm", "Conv"))
 
 
+APART = {"own, epilogue apart", "openblas, epilogue apart"}
+
+
 def gemm_models():
     """A MatMul + bias + Relu and a 3x3 Conv + Relu, each big enough for own sgemm."""
     rng = np.random.default_rng(3)
@@ -158,7 +161,7 @@ def test_each_gemm_runs_on_the_implementation_its_cost_picks(monkeypatch, which,
     feeds = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
     m, _ = check_against_ort(model, feeds, optimizer="egraph")
     (g,) = m.details["egraph"].groups
-    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"}
+    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"} | APART
     impls = set(m.runtime.gemm_impls.values())
     assert impls == {"OpenBLAS sgemm" if want == "openblas" else "pyforge sgemm (AVX2)"}
     assert m.details["egraph"].predicted == pytest.approx((1e-3, min(1e-3, 1.1 * blas_s)))
@@ -176,10 +179,11 @@ def test_each_gemm_runs_on_the_implementation_its_measured_cost_picks(tmp_path, 
     monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
     m = pyforge.compile(model, target="cpu", optimizer="egraph")
     (g,) = m.details["egraph"].groups
-    assert set(g.alternatives) == {"own", "openblas"}
+    assert set(g.alternatives) == {"own", "openblas"} | APART
     assert {how for _, how in g.alternatives.values()} == {"cached"}  # measured by prefetch
     table = json.loads((tmp_path / "costs.json").read_text())
-    assert sum("|group/blas|" in k for k in table) == 1 and sum("|group|" in k for k in table) == 1
+    # the group, its anchor alone, its epilogue alone; on OpenBLAS the group and the anchor
+    assert sum("|group/blas|" in k for k in table) == 2 and sum("|group|" in k for k in table) == 3
     for want, blas_s in (("openblas", 1e-5), ("own", 1e-2)):
         (tmp_path / "costs.json").write_text(
             json.dumps({k: blas_s if "|group/blas|" in k else 1e-3 for k in table})
@@ -258,3 +262,52 @@ def test_convs_get_no_openblas_alternative_by_default(monkeypatch):
     m = pyforge.compile(model, target="cpu", optimizer="egraph")
     assert m.details["egraph"].groups == []
     assert set(m.runtime.gemm_impls.values()) == {"pyforge sgemm (AVX2)"}
+
+
+def _parts(spec: tuple) -> str:
+    """Which cut of a MatMul + bias + Relu group a spec is: whole, anchor or epilogue."""
+    ops = tuple(m[0] for m in spec)
+    return {("MatMul",): "anchor", ("Add", "Relu"): "epilogue"}.get(ops, "whole")
+
+
+@pytest.mark.parametrize(
+    "times, want",
+    [
+        # (whole, anchor, epilogue, OpenBLAS factor): the cut wins only past its 1.10 guard
+        ((3e-3, 1e-3, 1e-3, 10.0), "own, epilogue apart"),
+        ((3e-3, 1e-3, 1.9e-3, 10.0), "own"),
+        ((3e-3, 1e-3, 1e-4, 0.5), "openblas, epilogue apart"),
+        ((1e-3, 1e-3, 1e-3, 0.5), "openblas"),
+    ],
+)
+def test_an_epilogue_runs_fused_or_apart_as_its_costs_pick_and_matches_ort(
+    monkeypatch, times, want
+):
+    from pyforge.lower_numba import costs as cm
+
+    whole, anchor, epilogue, blas = times
+
+    def fake(self, kind, shapes, dtype):
+        t = {"whole": whole, "anchor": anchor, "epilogue": epilogue}[_parts(shapes[0])]
+        return t * (blas if kind.endswith("/blas") else 1.0), "cached"
+
+    monkeypatch.setattr(cm.CostModel, "seconds", fake)
+    monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
+    model, shape = gemm_models()["matmul"]
+    feeds = {"x": np.random.default_rng(7).standard_normal(shape).astype(np.float32)}
+    m, _ = check_against_ort(model, feeds, optimizer="egraph")
+    (g,) = m.details["egraph"].groups
+    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"} | APART
+    fused = [n.group.members for n in m.details["graph"].nodes if n.group]
+    ops = [[mem.op for mem in ms] for ms in fused]
+    if want.endswith("apart"):
+        assert ops == [["MatMul"], ["Add", "Relu"]]
+        assert g.alternatives[want][0] == pytest.approx(
+            anchor * (1.1 * blas if "blas" in want else 1) + 1.1 * epilogue
+        )
+    else:
+        assert ops == [["MatMul", "Add", "Relu"]]
+    impls = set(m.runtime.gemm_impls.values())
+    assert impls == {"OpenBLAS sgemm" if "openblas" in want else "pyforge sgemm (AVX2)"}
+    line = "1 of 1 other GEMM groups on OpenBLAS" if "openblas" in want else "0 of 1"
+    assert line in explain.report(m)

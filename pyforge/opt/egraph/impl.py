@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...ir import Graph, Node
+from ...ir import Graph, Node, Value
 from ...ops.registry import kind_of
 from ..fusion import _partition
 from .egraph import EGraph
@@ -34,6 +34,9 @@ class GemmGroup:
     mnk: tuple[int, int, int]
     alternatives: dict[str, tuple[float, str]] = field(default_factory=dict)
     chosen: str = "own"
+    # (the anchor alone, the epilogue alone) as specs: the group cut in two kernels; None when
+    # it has no epilogue (or one that cannot be rebuilt alone)
+    parts: tuple[tuple, tuple] | None = None
 
 
 def _plain(v):
@@ -105,7 +108,9 @@ def find_groups(graph: Graph, taken: set[int]) -> list[GemmGroup]:
             continue
         spec = _spec(members)
         if spec is not None:
-            out.append(GemmGroup(members, spec, _mnk(a)))
+            parts = (_spec(members[:1]), _spec(members[1:])) if len(members) > 1 else None
+            parts = parts if parts and None not in parts else None
+            out.append(GemmGroup(members, spec, _mnk(a), parts=parts))
     return out
 
 
@@ -127,6 +132,27 @@ def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
         Rule(f"{op}-on-openblas", (op, "?x", "?w", "?b"), (f"{op}Blas", "?x", "?w", "?b"), ok)
         for op in ("GemmBias", "ConvBias")
     ]
+
+
+def epilogue_rules(apart: Callable[[EGraph, Subst], bool], ok) -> list[Rule]:
+    """A GEMM group's epilogue as a kernel of its own after the bare GEMM, where ``apart``: the
+    group has one; the bare GEMM on OpenBLAS as well, where ``ok`` (see ``blas_rules``)."""
+    rules = [Rule("epilogue-apart", ("Gemm", "?g"), ("Epilogue", ("GemmAnchor", "?g")), apart)]
+    if ok is not None:
+        rules.append(Rule("anchor-on-openblas", ("GemmAnchor", "?g"), ("GemmAnchorBlas", "?g"), ok))
+    return rules
+
+
+def split_epilogue(graph: Graph, g: GemmGroup) -> None:
+    """Cut ``g`` after its anchor: a same-shape Reshape (a view, which fusion steps over and
+    lowering makes an alias) between the anchor and its epilogue's first member, so fusion
+    starts the epilogue as a kernel of its own."""
+    a, first = g.members[0], g.members[1]
+    y = a.outputs[0]
+    v = Value(graph.fresh_name(f"{y.name}/apart"), y.shape, y.dtype)
+    cut = Node("Reshape", [y], [v], {"shape": list(y.shape)}, f"{a.name}:epilogue_apart", a.opset)
+    first.inputs = [v if x is y else x for x in first.inputs]
+    graph.add_node(cut, next(i for i, n in enumerate(graph.nodes) if n is a) + 1)
 
 
 def mark_openblas(nodes: list[Node], tag: str) -> None:

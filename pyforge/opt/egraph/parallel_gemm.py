@@ -15,12 +15,25 @@ import numpy as np
 from ...ir import Graph, Node, Value
 from .egraph import EGraph, ENode
 from .extract import SearchLog, branch_and_bound, must_classes
-from .impl import OPENBLAS_OPS, Backend, GemmGroup, _plain, blas_rules, find_groups, mark_openblas
+from .impl import (
+    OPENBLAS_OPS,
+    Backend,
+    GemmGroup,
+    _plain,
+    blas_rules,
+    epilogue_rules,
+    find_groups,
+    mark_openblas,
+    split_epilogue,
+)
 from .rules import Rule, SaturationReport, Subst, saturate
 
 # an OpenBLAS alternative is costed at this times its measured time: a kernel timed alone on a
 # loaded machine must look >= 10% cheaper than own sgemm before the plan leaves own sgemm
 OPENBLAS_MARGIN = 1.10
+# an epilogue run as a kernel of its own is costed at this times its measured time: the cut
+# must look >= 10% cheaper than the fused group (the same guard, for the same noise)
+EPILOGUE_MARGIN = 1.10
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
 KernelCost = Callable[[str, tuple, str], tuple[float, str]]
 
@@ -51,8 +64,9 @@ class Report:
             f"{sum(g.greedy_cost for g in s) * 1e3:.3f} ms -> "
             f"{sum(g.incumbents[-1][1] for g in s if g.incumbents) * 1e3:.3f} ms, "
             f"{sum(g.seconds for g in s) * 1e3:.1f} ms searching, {optimal}; "
-            f"{sum(g.chosen == 'openblas' for g in self.groups)} of {len(self.groups)} other "
-            "GEMM groups on OpenBLAS"
+            f"{sum(g.chosen.startswith('openblas') for g in self.groups)} of {len(self.groups)} "
+            f"other GEMM groups on OpenBLAS, {sum(g.chosen.endswith('apart') for g in self.groups)}"
+            " with the epilogue apart"
         )
 
 
@@ -129,6 +143,7 @@ class _Costs:
         self.eg, self.leaves, self.cost = eg, leaves, cost
         self.memo: dict[ENode, tuple[float, str]] = {}
         self.specs: list[tuple] = []  # a group leaf's payload indexes its spec
+        self.parts: list[tuple | None] = []  # and its (anchor, epilogue) specs, cut apart
         self.convs: dict[int, tuple] = {}  # a conv region's x class -> (x shape, conv attrs)
 
     def __call__(self, n: ENode) -> float:
@@ -149,6 +164,13 @@ class _Costs:
         if n.op in ("Gemm", "GemmBlas"):  # a fused GEMM group: its spec is the leaf's payload
             spec = next(iter(self.eg.nodes(n.children[0]))).payload
             return "group" + "/blas" * (n.op == "GemmBlas"), (self.specs[spec],), "float32"
+        if n.op in ("GemmAnchor", "GemmAnchorBlas"):  # the group's anchor alone
+            spec = next(iter(self.eg.nodes(n.children[0]))).payload
+            return "group" + "/blas" * (n.op == "GemmAnchorBlas"), (self.parts[spec][0],), "float32"
+        if n.op == "Epilogue":  # the group's epilogue alone, reading the anchor's output
+            a = next(m for m in self.eg.nodes(n.children[0]) if m.op == "GemmAnchor")
+            spec = next(iter(self.eg.nodes(a.children[0]))).payload
+            return "group", (self.parts[spec][1],), "float32"
         if n.op in ("ConvBias", "ConvBiasBlas"):  # costed as the conv + bias it is
             x, attrs = self.convs[self.eg.find(n.children[0])]
             kind = "group" + "/blas" * (n.op == "ConvBiasBlas")
@@ -169,6 +191,8 @@ class _Costs:
         if req is None:
             return 0.0, "free"
         seconds, how = self.cost(*req)
+        if n.op == "Epilogue":
+            return seconds * EPILOGUE_MARGIN, how
         return seconds * (OPENBLAS_MARGIN if req[0].endswith("/blas") else 1.0), how
 
     def total(self, n: ENode) -> tuple[float, str]:
@@ -226,6 +250,7 @@ def optimise(
         roots.append(eg.add(ENode("Gemms", tuple(eg.add(ENode(op, p)) for p in parts))))
     for i, g in enumerate(report.groups):
         costs.specs.append(g.spec)
+        costs.parts.append(g.parts)
         greedy.append(ENode("Gemm", (eg.add(ENode("group", payload=i)),)))
         roots.append(eg.add(greedy[-1]))
 
@@ -238,8 +263,12 @@ def optimise(
             return backend.takes(rows, cols, w[0])
         return "Conv" in OPENBLAS_OPS and backend.takes(cols, rows, w[0])
 
+    def has_epilogue(eg: EGraph, s: Subst) -> bool:
+        return report.groups[next(iter(eg.nodes(s["?g"]))).payload].parts is not None
+
     if roots:
         rules = RULES + (blas_rules(own_would_run) if backend else [])
+        rules += epilogue_rules(has_epilogue, own_would_run if backend else None)
         report.saturation = saturate(eg, rules, max_iterations=6)
         must = must_classes(eg)
         if prefetch is not None:
@@ -267,9 +296,23 @@ def optimise(
             blas += [mm for (mm, _), c in zip(r.gemms, top.children) if _blas(choice, eg, c)]
     for g, root in zip(report.groups, roots[len(report.regions) :]):
         for n in eg.nodes(root):
-            g.alternatives["openblas" if n.op == "GemmBlas" else "own"] = costs.total(n)
-        if choice[eg.find(root)].op == "GemmBlas":
+            if n.op != "Epilogue":
+                g.alternatives["openblas" if n.op == "GemmBlas" else "own"] = costs.total(n)
+                continue
+            e = costs(n)
+            for a in eg.nodes(n.children[0]):  # the bare GEMM's own alternatives
+                t = costs(a)
+                hows = "+".join(sorted({costs.memo[n][1], costs.memo[a][1]} - {"free"}))
+                impl = "openblas" if a.op == "GemmAnchorBlas" else "own"
+                g.alternatives[f"{impl}, epilogue apart"] = (e + t, hows)
+        top = choice[eg.find(root)]
+        if top.op == "Epilogue":
+            anchor = choice[eg.find(top.children[0])]
+            g.chosen = ("openblas" if anchor.op == "GemmAnchorBlas" else "own") + ", epilogue apart"
+            split_epilogue(graph, g)
+        elif top.op == "GemmBlas":
             g.chosen = "openblas"
+        if g.chosen.startswith("openblas"):
             blas.append(g.members[0])
     if backend:
         mark_openblas(blas, backend.tag)

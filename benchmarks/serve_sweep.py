@@ -92,10 +92,10 @@ async def _drive(job: dict, bodies: list) -> list[tuple]:
             try:
                 async with http.post(job["url"], data=body, headers={"Content-Type": kind}) as r:
                     got = await r.read()
-                    status = r.status
+                    status, timing = r.status, r.headers.get("server-timing", "")
             except (TimeoutError, aiohttp.ClientError) as e:
-                got, status = repr(e).encode(), -1
-            results.append((seed, time.perf_counter() - t0, status, got))
+                got, status, timing = repr(e).encode(), -1, ""
+            results.append((seed, time.perf_counter() - t0, status, got, timing))
 
         if job["rate"] is None:  # closed loop: each worker sends its next as the last answers
             pending = iter(bodies)
@@ -148,7 +148,7 @@ class Sweep:
         ok = [r for r in results if r[2] == 200]
         lat = np.array([r[1] for r in ok]) * 1e3 if ok else np.array([np.nan])
         wrong = (
-            sum(not _same(engine, specs, a.seq, seed, body) for seed, _, _, body in ok)
+            sum(not _same(engine, specs, a.seq, seed, body) for seed, _, _, body, _ in ok)
             if engine
             else 0
         )
@@ -158,6 +158,9 @@ class Sweep:
             "rps": len(ok) / max(wall, 1e-9), "p50": np.percentile(lat, 50), "p99": np.percentile(lat, 99),
             "p999": np.percentile(lat, 99.9), "errors": len(results) - len(ok), "wrong": wrong,
         }  # fmt: skip
+        server = _server_spans(ok)
+        if server:
+            row["server"] = server
         after = scrape(url)
         if before and after:  # the replica's own view of the level: batches formed, padding, cpu
             d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
@@ -178,6 +181,25 @@ class Sweep:
         print(_fmt(row), flush=True)
         self.rows.append(row)
         return row
+
+
+def _server_spans(ok: list[tuple]) -> str:
+    """Medians of the replica's Server-Timing spans over a level's answers, and of what lies
+    outside the replica (the client, the loopback, the HTTP server's own parse and write)."""
+    got = []
+    for _, latency, _, _, timing in ok:
+        if not timing:
+            continue
+        parts = dict(p.strip().split(";", 1) for p in timing.split(","))
+        spans = {n: float(parts[n].split("=")[1]) for n in SPANS}
+        spans["batch"] = float(parts["batch"].split("=")[1])
+        spans["outside"] = latency * 1e3 - sum(spans[n] for n in SPANS)
+        got.append(spans)
+    if not got:
+        return ""
+    med = {k: np.median([g[k] for g in got]) for k in got[0]}
+    inside = ", ".join(f"{k} {med[k]:.2f}" for k in (*SPANS, "outside"))
+    return f"medians ms: {inside}; batch {med['batch']:.0f}"
 
 
 def _same(engine, specs, seq, seed, body) -> bool:
@@ -204,7 +226,7 @@ def _fmt(row: dict) -> str:
     return (
         f"| {row['what']} | {row['mode']} | {row['level']} | {row['n']} | {row['rps']:,.1f} | "
         f"{row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | {row['errors']} | {row['wrong']} | "
-        f"{row.get('replica', '')} |"
+        f"{'; '.join(filter(None, (row.get('replica', ''), row.get('server', ''))))} |"
     )
 
 
@@ -491,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=2, help="client processes")
     ap.add_argument("--max-batch-size", type=int, default=32)
     ap.add_argument("--batch-wait-ms", type=float, default=0.0)
+    ap.add_argument("--fill-wait-ms", default="0", help="the replica's fill wait under load; "
+                    "several (0,2): each backend once per value, alternating")  # fmt: skip
     ap.add_argument(
         "--generate", metavar="MODEL.gguf", help="also: /generate beside a direct generate"
     )
@@ -499,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--access-log", action="store_true", help="Serve's log line per request")
     ap.add_argument("--hops", type=int, default=0, help="first: this many requests per endpoint "
                     "at concurrency 1, where each no-op request's time goes (see hops())")  # fmt: skip
+    ap.add_argument("--direct", action="store_true", help="each replica serves HTTP itself "
+                    "(pyforge serve --direct), no Ray proxy; the ceiling: an identity model so")  # fmt: skip
     ap.add_argument("--seq", type=int, default=32, help="sequence length of text models")
     ap.add_argument("--md", help="append the table to this markdown file")
     args = ap.parse_args(argv)
@@ -524,23 +550,39 @@ def main(argv: list[str] | None = None) -> int:
         if args.generate:
             notes += generate_bench(args, port)
         specs = [("x", ("batch", 256), np.dtype(np.float32))]
-        for c in levels:
-            sweep.level(f"{base}/noop", specs, None, "no-op (client ceiling)", concurrency=c)
+        if args.direct:  # the ceiling of that path: an identity model, its replica serving HTTP
+            ceiling = free_port()
+            config = ServeConfig(max_batch_size=args.max_batch_size, cpus_per_replica=0.5,
+                                 max_queued=4096, direct=True)  # fmt: skip
+            start(identity_path(), config, port=ceiling, name="id-direct", route_prefix="/idd")
+            engine = Engine(identity_path(), "pyforge", args.max_batch_size)
+            for c in levels:
+                sweep.level(f"http://127.0.0.1:{ceiling}/predict", specs, engine,
+                            "identity model, direct (no-op ceiling)", concurrency=c)  # fmt: skip
+            serve.delete("id-direct")
+        else:
+            for c in levels:
+                sweep.level(f"{base}/noop", specs, None, "no-op (client ceiling)", concurrency=c)
         for name in filter(None, args.models.split(",")):
             path = model_path(name)
-            engines, config = {}, {}
-            for backend in args.backends.split(","):
+            engines, config, urls = {}, {}, {}
+            fills = [float(f) for f in str(args.fill_wait_ms).split(",")]
+            for backend, fill in ((b, f) for b in args.backends.split(",") for f in fills):
                 config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
-                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log)  # fmt: skip
+                                     batch_wait_ms=args.batch_wait_ms, fill_wait_ms=fill, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log, direct=args.direct)  # fmt: skip
+                at = free_port() if args.direct else port  # direct: each its own port
+                key = backend if len(fills) == 1 else f"{backend} fill {fill:g} ms"
+                route = key.replace(" ", "-").replace(".", "_")
                 start(
                     path,
                     config,
                     host="127.0.0.1",
-                    port=port,
-                    name=f"{name}-{backend}",
-                    route_prefix=f"/{backend}",
+                    port=at,
+                    name=f"{name}-{route}",
+                    route_prefix=f"/{route}",
                 )
-                engines[backend] = Engine(path, backend, args.max_batch_size)
+                urls[key] = f"http://127.0.0.1:{at}" + ("" if args.direct else f"/{route}")
+                engines[key] = Engine(path, backend, args.max_batch_size)
             specs = [(s.name, s.dims, s.dtype) for s in next(iter(engines.values())).specs]
             for backend, engine in engines.items():
                 notes.append(
@@ -552,21 +594,21 @@ def main(argv: list[str] | None = None) -> int:
                 order = list(engines) if c % 2 == 0 else list(engines)[::-1]
                 for backend in order:
                     row = sweep.level(
-                        f"{base}/{backend}/predict", specs, engines[backend], f"{name} {backend}", c
+                        f"{urls[backend]}/predict", specs, engines[backend], f"{name} {backend}", c
                     )
                     best[backend] = max(best.get(backend, 0.0), row["rps"])
             peak = best.get("pyforge", max(best.values()))
             for frac in [float(f) for f in args.rates.split(",") if f]:
                 for backend, engine in engines.items():
                     sweep.level(
-                        f"{base}/{backend}/predict",
+                        f"{urls[backend]}/predict",
                         specs,
                         engine,
                         f"{name} {backend}",
                         rate=frac * peak,
                     )
-            for backend in engines:
-                serve.delete(f"{name}-{backend}")
+            for key in urls:
+                serve.delete(f"{name}-{key.replace(' ', '-').replace('.', '_')}")
     finally:
         sweep.pool.terminate()
         stop()
@@ -589,7 +631,8 @@ def _append(args, notes: list[str], rows: list[dict], hop_rows: list[str]) -> No
             f"Run of {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
             f"({os.cpu_count()} cores, load average {load[0]:.1f} at the end: shared with other sessions), "
             f"pyforge {pyforge.__version__}, Ray {ray.__version__}, one replica per backend, max batch "
-            f"{args.max_batch_size}, batch wait {args.batch_wait_ms} ms, {args.clients} client processes, "
+            f"{args.max_batch_size}, batch wait {args.batch_wait_ms} ms, fill wait {args.fill_wait_ms} ms, {args.clients} client processes, "
+            f"{'direct ingress (no proxy)' if args.direct else 'through the proxy'}, "
             f"at most {args.seconds:.0f} s or {args.requests} requests per level, text models at seq {args.seq}:"
         ),
         "",

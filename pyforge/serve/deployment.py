@@ -6,6 +6,9 @@ batcher) and ``start`` (Ray on this machine, Serve on loopback, the deployment r
     GET  /healthz  -> "ok" once the replica's plans are built
     GET  /metrics  -> this replica's Prometheus text: requests, batch sizes, latency, queue depth
 
+Through Ray's HTTP proxy by default; ``direct=True`` has each replica serve ``host:port``
+itself (``direct.py``) and starts no proxy.
+
 >>> app = start("mlp_dynamic.onnx", backend="pyforge", port=8000, max_batch_size=32)
 >>> # curl -s localhost:8000/predict -d '{"inputs": {"x": [[...256 floats...]]}}'
 """
@@ -25,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from .. import errors
+from .direct import DirectServer
 from .engine import Engine, ServeConfig, example_inputs
 
 NPY, NPZ = "application/x-npy", "application/x-npz"
@@ -72,11 +76,13 @@ class ModelServer:
     The batcher: requests that arrive while the model runs queue; when it frees, all of them
     (up to the largest plan) run as the next batch. A lone request on an idle replica runs at
     once, so batches grow with the load instead of waiting on a timer (``batch_wait_ms`` adds a
-    wait before a batch that is not full). Ray's ``serve.batch`` forms each batch when its timer
+    wait before a batch that is not full). Under load (the last batch, just ended, held several
+    requests) the next waits up to ``fill_wait_ms`` for as many: its clients' next requests,
+    which a closed loop sends only once their answers are out. Ray's ``serve.batch`` forms each batch when its timer
     ends, model busy or not: a 10 ms wait on every lone request, and under load many small
     batches queued behind the running one."""
 
-    def __init__(self, model: str, config: dict):
+    def __init__(self, model: str, config: dict, ingress: tuple[str, int] | None = None):
         self.config = ServeConfig(**config)
         c = self.config
         self.engine = Engine(model, c.backend, c.max_batch_size, c.target, c.threads)
@@ -84,12 +90,24 @@ class ModelServer:
         self.metrics = _Metrics()
         self._pending: list[tuple[dict, asyncio.Future]] = []
         self._busy = False
+        self._last = (0, 0.0)  # the last batch's size and when it ended
+        self._filled: tuple[int, asyncio.Event] | None = None  # the fill wait's target
+        self._in_replica = 0
+        self._direct = DirectServer(self.__call__, *ingress, c.access_log) if ingress else None
+
+    def __del__(self):
+        """Ray calls this at shutdown and awaits what it returns: the direct server's drain."""
+        if getattr(self, "_direct", None) is not None:
+            direct, self._direct = self._direct, None
+            return direct.close()
 
     async def _batched(self, request: dict) -> tuple[dict, tuple]:
         """``request``'s outputs and (batch start, end, size) of the batch it ran in."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending.append((request, future))
+        if self._filled and len(self._pending) >= self._filled[0]:
+            self._filled[1].set()
         if not self._busy:
             self._busy = True
             self._drainer = loop.create_task(self._drain())  # held: a task is weakly referenced
@@ -99,8 +117,7 @@ class ModelServer:
         loop, top = asyncio.get_running_loop(), self.engine.sizes[-1]
         try:
             while self._pending:
-                if self.config.batch_wait_ms and len(self._pending) < top:
-                    await asyncio.sleep(self.config.batch_wait_ms / 1000)
+                await self._fill(top)
                 batch = [(r, f) for r, f in self._pending[:top] if not f.done()]  # not cancelled
                 del self._pending[:top]
                 if not batch:
@@ -119,8 +136,28 @@ class ModelServer:
                 timing = (t0, time.perf_counter(), len(batch))
                 for (_, f), out in zip(batch, outs):
                     f.done() or f.set_result((out, timing))
+                self._last = (len(batch), time.perf_counter())
         finally:
             self._busy = False
+
+    async def _fill(self, top: int) -> None:
+        """The wait before a batch: ``batch_wait_ms`` when set, else the fill wait under load."""
+        c = self.config
+        if c.batch_wait_ms:
+            if len(self._pending) < top:
+                await asyncio.sleep(c.batch_wait_ms / 1000)
+            return
+        want, ended = min(self._last[0], top), self._last[1]
+        recent = time.perf_counter() - ended < 10 * c.fill_wait_ms / 1000
+        if want < 2 or len(self._pending) >= want or not recent:
+            return
+        self._filled = (want, asyncio.Event())
+        try:
+            await asyncio.wait_for(self._filled[1].wait(), c.fill_wait_ms / 1000)
+        except TimeoutError:
+            pass
+        finally:
+            self._filled = None
 
     async def predict(self, inputs) -> dict:
         """One request through the batcher (for ``DeploymentHandle`` callers)."""
@@ -145,11 +182,16 @@ class ModelServer:
             )
         if request.method != "POST":
             return _error(405, "/predict takes POST")
+        if self._direct and self._in_replica >= self.config.max_queued:  # Ray's bound is not
+            self.metrics.requests.labels("503").inc()  # in front of the direct path: this is
+            return _error(503, f"{self._in_replica} requests in this replica: over max_queued")
         t0 = time.perf_counter()
         self.metrics.queue.inc()
+        self._in_replica += 1
         try:
             response = await self._predict_http(request)
         finally:
+            self._in_replica -= 1
             self.metrics.queue.dec()
         self.metrics.requests.labels(str(response.status_code)).inc()
         self.metrics.latency.observe(time.perf_counter() - t0)
@@ -257,12 +299,21 @@ def start(
     **fields,
 ):
     """Start Ray here (unless connected), Serve on ``host:port`` and the model's deployment;
-    returns its ``DeploymentHandle``. Stop with ``stop()``."""
+    returns its ``DeploymentHandle``. Stop with ``stop()``. With ``direct=True`` the replicas
+    answer on ``host:port`` themselves (Serve's proxy is not started, if this starts Serve)."""
     config = config or ServeConfig(**fields)
+    ingress = (host, port) if config.direct else None
+    app = deployment(config, name).bind(os.path.abspath(model), asdict(config), ingress)
+    return run_app(app, config, host, port, name, route_prefix, num_cpus)
+
+
+def run_app(app, config: ServeConfig, host, port, name, route_prefix, num_cpus):
+    """Check ``config``, start Ray and Serve (its proxy on ``host:port``, none for a direct
+    config) and run the bound application ``app``; returns its handle."""
     config.check()
     init_ray(num_cpus)
-    serve.start(http_options={"host": host, "port": port}, logging_config=config.logging())
-    app = deployment(config, name).bind(os.path.abspath(model), asdict(config))
+    proxy = {"proxy_location": "Disabled"} if config.direct else {}
+    serve.start(http_options={"host": host, "port": port}, logging_config=config.logging(), **proxy)
     return serve.run(app, name=name, route_prefix=route_prefix)
 
 

@@ -59,6 +59,7 @@ class ServeConfig:
     replicas: int = 1
     max_batch_size: int = 32
     batch_wait_ms: float = 0.0  # a wait before a batch that is not full
+    fill_wait_ms: float = 0.0  # under load: a wait for as many requests as the last batch had
     max_queued: int = 256  # per caller (the HTTP proxy): beyond it, 503
     max_body_bytes: int = 64 << 20
     cpus_per_replica: float = 1.0
@@ -68,6 +69,7 @@ class ServeConfig:
     max_context: int = 2048  # a decoder's (for /generate)
     tokenizer: str | None = None  # an ONNX decoder's: a GGUF file holding its vocabulary
     access_log: bool = False  # Serve's line per request in the proxy and replica logs
+    direct: bool = False  # each replica serves HTTP on host:port itself, no Ray proxy
 
     def logging(self) -> dict:
         """Serve's ``logging_config`` for the proxy and the replicas."""
@@ -83,10 +85,9 @@ class ServeConfig:
         for name in ("replicas", "max_queued", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise errors.OptionError(name, f"{name} must be >= 1: got {getattr(self, name)}")
-        if self.batch_wait_ms < 0:
-            raise errors.OptionError(
-                "batch_wait_ms", f"batch_wait_ms must be >= 0: got {self.batch_wait_ms}"
-            )
+        for name in ("batch_wait_ms", "fill_wait_ms"):
+            if getattr(self, name) < 0:
+                raise errors.OptionError(name, f"{name} must be >= 0: got {getattr(self, name)}")
 
 
 class Engine:

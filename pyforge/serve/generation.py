@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from .. import errors
-from .deployment import _error, _Metrics, init_ray
+from .deployment import ModelServer, _error, _Metrics, run_app
+from .direct import DirectServer
 from .engine import ServeConfig
 
 NDJSON = "application/x-ndjson"
@@ -65,7 +67,7 @@ def parse_request(body: bytes) -> tuple:
 class GeneratorServer:
     """One replica: a text generator, its queue and the HTTP routes."""
 
-    def __init__(self, model: str, config: dict):
+    def __init__(self, model: str, config: dict, ingress: tuple[str, int] | None = None):
         self.config = ServeConfig(**config)
         self.gen = open_generator(model, self.config)
         self.gen.generate([0], max_new_tokens=2)  # build the first prefill and decode plans
@@ -73,6 +75,10 @@ class GeneratorServer:
         self.metrics = _Metrics()
         self._turn = asyncio.Lock()
         self._thread = ThreadPoolExecutor(1)  # every step on one thread, one at a time
+        access_log = self.config.access_log
+        self._direct = DirectServer(self.__call__, *ingress, access_log) if ingress else None
+
+    __del__ = ModelServer.__del__
 
     async def __call__(self, request: Request) -> Response:
         path = request.url.path.rstrip("/").rsplit("/", 1)[-1]
@@ -155,14 +161,9 @@ def start_generator(
     **fields,
 ):
     """Start Ray here (unless up), Serve on ``host:port`` and the decoder's deployment; returns
-    its handle. Stop with ``deployment.stop()``."""
-    import os
-
-    config = config or ServeConfig(**fields)
-    config.check()
-    init_ray(num_cpus)
-    serve.start(http_options={"host": host, "port": port}, logging_config=config.logging())
-    c = config
+    its handle (``direct=True``: the replicas answer on ``host:port``). Stop with
+    ``deployment.stop()``."""
+    c = config or ServeConfig(**fields)
     app = serve.deployment(GeneratorServer, name=name).options(
         num_replicas=c.replicas,
         ray_actor_options={"num_cpus": c.cpus_per_replica, "num_gpus": c.gpus_per_replica},
@@ -172,5 +173,6 @@ def start_generator(
         health_check_period_s=2,
         logging_config=c.logging(),
     )
-    bound = app.bind(os.path.abspath(model), asdict(config))
-    return serve.run(bound, name=name, route_prefix=route_prefix)
+    ingress = (host, port) if c.direct else None
+    bound = app.bind(os.path.abspath(model), asdict(c), ingress)
+    return run_app(bound, c, host, port, name, route_prefix, num_cpus)

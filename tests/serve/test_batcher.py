@@ -91,3 +91,29 @@ def test_predict_route_answers_with_where_its_time_went(server):
     assert set(spans) == {"read", "decode", "queue", "model", "reply", "encode", "batch", "at"}
     assert all(float(spans[k].split("=")[1]) >= 0 for k in ("read", "decode", "model", "encode"))
     assert spans["batch"] == "desc=1" and abs(float(spans["at"][5:]) - time.time()) < 60
+
+
+def test_under_load_the_next_batch_waits_to_fill(tmp_path):
+    from pyforge.serve.deployment import ModelServer
+
+    # a fill wait far longer than this test's gaps, so a loaded machine cannot split the batch
+    config = {"backend": "ort", "max_batch_size": 4, "fill_wait_ms": 5000, "cpus_per_replica": 0.5}
+    server = ModelServer(mlp_path(tmp_path), config)
+    sizes: list[int] = []
+    run = server.engine.batch_predict
+    server.engine.batch_predict = lambda requests: sizes.append(len(requests)) or run(requests)
+    xs = [example_inputs(server.engine, seed=60 + i)["x"] for i in range(6)]
+
+    async def drive():
+        first = await asyncio.gather(*(server._batched({"x": x}) for x in xs[:3]))
+        later = []
+        for x in xs[3:]:  # the closed loop's clients coming back one by one
+            later.append(asyncio.create_task(server._batched({"x": x})))
+            await asyncio.sleep(0.05)
+        return [*first, *await asyncio.gather(*later)]
+
+    answers = asyncio.run(drive())
+    assert sizes == [3, 3]  # without the fill wait: [3, 1, 2] or [3, 1, 1, 1]
+    for x, (out, _) in zip(xs, answers):
+        want = server.engine.predict({"x": x})["y"]
+        np.testing.assert_allclose(out["y"], want, rtol=RTOL, atol=ATOL)

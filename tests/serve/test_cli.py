@@ -38,6 +38,7 @@ def test_help_lists_the_flags(capsys):
         "--generate",
         "--tokenizer",
         "--access-log",
+        "--direct",
     ):
         assert flag in out
 
@@ -57,7 +58,8 @@ def test_bad_arguments_fail_before_ray(capsys, argv, words):
 
 
 @pytest.mark.slow  # Ray's start and a model's compile: over a minute on 2 loaded cores
-def test_sigterm_drains_requests_in_flight():
+@pytest.mark.parametrize("how", [[], ["--direct"]], ids=["proxy", "direct"])
+def test_sigterm_drains_requests_in_flight(how):
     pytest.importorskip("ray.serve")
     import pyforge.models
 
@@ -72,6 +74,7 @@ def test_sigterm_drains_requests_in_flight():
         str(port),
         "--max-batch-size",
         "1",
+        *how,
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -44,7 +45,13 @@ def server(tmp_path_factory):
         # one replica, batches of 1, one queued request: 2,048-row requests run ~2,048 plans each
         start(paths["mlp"], "overload", "/overload", backend="ort", max_batch_size=1, max_queued=1,
               cpus_per_replica=0.5)  # fmt: skip
-        yield {"url": f"http://127.0.0.1:{port}", "paths": paths}
+        # two replicas serving one port themselves, no proxy (the proxy above stays up)
+        ingress = free_port()
+        deployment.start(paths["mlp"], host="127.0.0.1", port=ingress, name="ingress",
+                         route_prefix="/ingress", direct=True, replicas=2, max_batch_size=8,
+                         cpus_per_replica=0.5)  # fmt: skip
+        yield {"url": f"http://127.0.0.1:{port}", "paths": paths,
+               "ingress": f"http://127.0.0.1:{ingress}"}  # fmt: skip
     finally:
         deployment.stop()
 
@@ -78,6 +85,52 @@ def test_json_npy_npz_answers_equal_direct_predict(server, direct):
     got = np.load(io.BytesIO(body))
     for name, ref in direct["pair"].predict(feeds).items():
         np.testing.assert_allclose(got[name], ref, rtol=RTOL, atol=ATOL)
+
+
+def test_direct_ingress_answers_equal_direct_predict(server, direct):
+    mlp, url = direct["mlp"], server["ingress"]
+    assert post(url + "/healthz", b"")[1] == b"ok"
+    x = example_inputs(mlp, seed=31, rows=2)["x"]
+    want = mlp.predict({"x": x})["y"]
+    status, body = post(url + "/predict", json.dumps({"inputs": {"x": x.tolist()}}).encode())
+    assert status == 200
+    np.testing.assert_allclose(
+        np.array(json.loads(body)["outputs"]["y"], np.float32), want, rtol=RTOL, atol=ATOL
+    )
+    # concurrent connections, spread by the kernel over both replicas, each batched and right
+    inputs = [example_inputs(mlp, seed=200 + i, rows=1 + i % 3)["x"] for i in range(32)]
+    answers: list = [None] * len(inputs)
+
+    def send(i: int) -> None:
+        answers[i] = post(url + "/predict", npy(inputs[i]), "application/x-npy")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    for xi, (status, body) in zip(inputs, answers):
+        assert status == 200, body
+        np.testing.assert_allclose(
+            np.load(io.BytesIO(body)), mlp.predict({"x": xi})["y"], rtol=RTOL, atol=ATOL
+        )
+    status, body = post(url + "/predict", npy(np.ones((1, 3), np.float32)), "application/x-npy")
+    assert status == 400 and "dim 1 must be 256" in json.loads(body)["error"]
+    from ray import serve  # the handle still reaches the direct replicas
+
+    got = serve.get_app_handle("ingress").predict.remote({"x": x}).result(timeout_s=60)
+    np.testing.assert_allclose(got["y"], want, rtol=RTOL, atol=ATOL)
+
+
+def test_direct_ingress_refuses_a_port_in_use():
+    from pyforge import errors
+    from pyforge.serve.direct import listen
+
+    with socket.socket() as taken:  # bound without SO_REUSEPORT: no one may share it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(errors.OptionError, match="cannot listen on 127.0.0.1"):
+            listen("127.0.0.1", taken.getsockname()[1])
 
 
 def test_handle_predict_and_batch_predict(server, direct):

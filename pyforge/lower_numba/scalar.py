@@ -84,7 +84,7 @@ def _gelu(n: Node, a: list[str], t: str) -> str:
     if n.attrs["approximate"] == "tanh":
         c = lit(np.sqrt(2 / np.pi), t)
         return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + math.tanh({c} * ({x} + {lit(0.044715, t)} * {x} * {x} * {x})))"
-    return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + math.erf({x} * {lit(0.7071067811865476, t)}))"
+    return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + {erf(f'{x} * {lit(0.7071067811865476, t)}', t)})"
 
 
 def _clip(n: Node, a: list[str], t: str) -> str:
@@ -110,6 +110,11 @@ def exp(x: str, t: str) -> str:
     return f"fexp({x})" if t == "f32" else f"math.exp({x})"
 
 
+def erf(x: str, t: str) -> str:
+    """float32 through ``ferf`` (emit.FERF_CPU, vectorises; on cuda math.erf), else math.erf."""
+    return f"ferf({x})" if t == "f32" else f"math.erf({x})"
+
+
 def _sigmoid(x: str, t: str) -> str:
     # np.true_divide: ``/`` tests for a zero divisor, and the branch keeps the loop scalar
     return f"np.true_divide({lit(1, t)}, {lit(1, t)} + {exp(f'-{x}', t)})"
@@ -127,7 +132,7 @@ SCALAR: dict[str, Scalar] = {
     "Reciprocal": lambda n, a, t: _fdiv(lit(1, t), a[0]),
     "Floor": _integral(lambda x: f"math.floor({x})"),
     "Ceil": _integral(lambda x: f"math.ceil({x})"),
-    "Erf": lambda n, a, t: f"math.erf({a[0]})",
+    "Erf": lambda n, a, t: erf(a[0], t),
     "Gelu": _gelu,
     "LeakyRelu": lambda n, a, t: (
         f"({a[0]} if {a[0]} >= {lit(0, t)} else {a[0]} * {lit(n.attrs['alpha'], t)})"

@@ -5,7 +5,7 @@ Takes plain values (not the face's CompileOptions), so opt stays below the face.
 
 from __future__ import annotations
 
-from . import attention, canonicalize, simplify  # noqa: F401  (register passes)
+from . import attention, canonicalize, norms, simplify  # noqa: F401  (register passes)
 from . import fusion as _fusion  # noqa: F401
 from . import layout as _layout  # noqa: F401
 from . import precision as _precision  # noqa: F401
@@ -22,7 +22,8 @@ def pass_names(layout: str = "nchw", precision: str = "fp32", fusion: bool = Tru
     """
     names = list(CLEANUP)
     if fusion:  # before fp16, whose casts would split the pattern
-        names += ["attention", "dce"]  # dce: the transposes it reads through
+        # dce: the transposes attention reads through
+        names += ["attention", "rms_norm", "dce"]
     if layout == "nhwc":
         names += ["nhwc_layout", "dce"]  # the layout pass leaves dead transposes of constants
     if precision == "fp16":

@@ -1,11 +1,12 @@
 """FusedAttention: the scores never leave the chip.
 
 cpu: one parallel tile per (batch, head): its keys (transposed) and values packed once into the
-panels of own sgemm's MRx16 micro-kernel (exec/cpu/sgemm.py), then per block of qb query rows
-(qb x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
+panels of own sgemm's 6x16 micro-kernel (exec/cpu/sgemm.py), then per block of QB query rows
+(QB x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
 (max, then emit.FEXP_CPU's vectorised exp and the sum in one loop) and written as the left panels of the second product; no BLAS
 call (OpenBLAS would start its own threads inside the parallel region).
-cuda, flash-attention style: one block per (query tile, head, batch); the K and V tiles go
+cuda, for few query rows or wide heads (a decode step): one block per (query row, head, batch),
+its scores in shared memory; else flash-attention style: one block per (query tile, head, batch); the K and V tiles go
 through shared memory; each query row's TPR threads take every TPR-th key of a tile, each with
 its own running max, sum and accumulator in registers, merged once at the end.
 The cpu kernel takes shapes and strides as int params (one compiled kernel per mask structure);
@@ -29,12 +30,11 @@ from ..emit import (
 from ..registry import lowering
 from ..scalar import lit
 
-SCORES_CPU = 32768  # floats of a query block's scores (qb x keys): 128 KiB, within L2
+SCORES_CPU = 32768  # floats of a query block's scores (QB x keys): 128 KiB, within L2
 SHARED_FLOATS = 10240  # cuda: tiles + merge buffer, 40 KiB of the 48 KiB a block gets
 
 _CPU = """\
 from numba import njit, prange
-from pyforge.exec.cpu.pack import MR
 from pyforge.exec.cpu.sgemm import _micro
 from pyforge.exec.cpu.tiles import claim, threads, tiling
 
@@ -44,16 +44,15 @@ def kernel(n, {params}):
     sc = {sc}
     skp = ({SK} + 15) // 16 * 16
     dvp = ({DV} + 15) // 16 * 16
-    qb = min(({SQ} + MR - 1) // MR, max(1, {SCORES} // (MR * skp))) * MR  # whole MR-row panels
     parts = threads()
     per, tiles, nxt = tiling(n, parts)
     for _ in prange(parts):
         kp = np.zeros({D} * skp, np.float32)
         vp = np.zeros(dvp * {SK}, np.float32)
-        qp = np.zeros(qb * {D}, np.float32)
-        pp = np.zeros(qb * {SK}, np.float32)
-        sb = np.zeros(qb * skp, np.float32)
-        ob = np.zeros(qb * dvp, np.float32)
+        qp = np.zeros({QB} * {D}, np.float32)
+        pp = np.zeros({QB} * {SK}, np.float32)
+        sb = np.zeros({QB} * skp, np.float32)
+        ob = np.zeros({QB} * dvp, np.float32)
         z = np.zeros(16, np.float32)
         kp0, vp0, qp0, pp0 = kp.ctypes.data, vp.ctypes.data, qp.ctypes.data, pp.ctypes.data
         sb0, ob0, z0 = sb.ctypes.data, ob.ctypes.data, z.ctypes.data
@@ -65,82 +64,76 @@ def kernel(n, {params}):
                 hk = h // {G}
                 k0 = 0
                 nk = {SK}
-                if {SQ} < MR:  # decode: fewer rows than a panel; K and V read in place
+                if {SQ} < 6:  # decode: fewer rows than a panel; K and V read in place
                     for i in range({SQ}):
                         qr = {q_at}
                         for d in range({D}):
                             qp[d] = {q}[qr + d * {QD}] * sc
-{span_row}
-                        for k0 in range(lo, hi, 64):  # GEMVs below OpenBLAS's threading size
-                            nb = min(64, hi - k0)
+                        sr = sb[: {SK}]
+                        for k0 in range(0, {SK}, 64):  # GEMVs below OpenBLAS's threading size
+                            nb = min(64, {SK} - k0)
                             j = 0
                             kr = {k_at}
                             if {KD} == 1 and {KS} == {D}:  # key rows contiguous: in place
                                 kblk = {k}[kr : kr + nb * {D}].reshape((nb, {D}))
-                                sb[k0 : k0 + nb] = np.dot(kblk, qp[: {D}])
+                                sr[k0 : k0 + nb] = np.dot(kblk, qp[: {D}])
                                 continue
                             for j in range(nb):
                                 kr = {k_at}
                                 x = f32(0)
                                 for d in range({D}):
                                     x += qp[d] * {k}[kr + d * {KD}]
-                                sb[k0 + j] = x
-                        k0 = lo
-                        nk = hi - lo
-                        sr = sb[lo:hi]
+                                sr[k0 + j] = x
+                        k0 = 0
 {mask}
 {softmax}
                         ob[: {DV}] = 0
-                        for k0 in range(lo, hi, 64):
-                            nb = min(64, hi - k0)
+                        for k0 in range(0, {SK}, 64):
+                            nb = min(64, {SK} - k0)
                             j = 0
                             vr = {v_at}
                             if {VD} == 1 and {VS} == {DV}:
                                 vblk = {v}[vr : vr + nb * {DV}].reshape((nb, {DV}))
-                                ob[: {DV}] += np.dot(sb[k0 : k0 + nb], vblk)
+                                ob[: {DV}] += np.dot(sr[k0 : k0 + nb], vblk)
                                 continue
                             for j in range(nb):
                                 vr = {v_at}
                                 for d in range({DV}):
-                                    ob[d] += sb[k0 + j] * {v}[vr + d * {VD}]
+                                    ob[d] += sr[k0 + j] * {v}[vr + d * {VD}]
                         orow = {o_at}
                         for d in range({DV}):
                             {o}[orow + d * {OD}] = ob[d]
                     continue
-{span_all}
-                k0 = lo
-                nk = hi - lo
-                nkp = (nk + 15) // 16 * 16
-                for j in range(nk):
+                for j in range({SK}):
                     kr, vr = {k_at}, {v_at}
                     kq = (j // 16) * {D} * 16 + j % 16
                     for d in range({D}):
                         kp[kq + d * 16] = {k}[kr + d * {KD}]
                     for d in range({DV}):
-                        vp[(d // 16) * nk * 16 + j * 16 + d % 16] = {v}[vr + d * {VD}]
-                for q0 in range(0, {SQ}, qb):
-                    rows = min(qb, {SQ} - q0)
+                        vp[(d // 16) * {SK} * 16 + j * 16 + d % 16] = {v}[vr + d * {VD}]
+                for q0 in range(0, {SQ}, {QB}):
+                    rows = min({QB}, {SQ} - q0)
                     for r in range(rows):
                         i = q0 + r
                         qr = {q_at}
-                        qq = (r // MR) * {D} * MR + r % MR
+                        qq = (r // 6) * {D} * 6 + r % 6
                         for d in range({D}):
-                            qp[qq + d * MR] = {q}[qr + d * {QD}] * sc
-                    for r in range(0, rows, MR):
-                        for c in range(0, nkp, 16):
+                            qp[qq + d * 6] = {q}[qr + d * {QD}] * sc
+                    for r in range(0, rows, 6):
+                        for c in range(0, skp, 16):
                             _micro({D}, qp0 + r * {D} * 4, kp0 + c * {D} * 4, 0,
                                    sb0 + (r * skp + c) * 4, skp, 0, 0, z0, z0, 0, 0)
                     for r in range(rows):
                         i = q0 + r
-                        sr = sb[r * skp : r * skp + nk]
+                        sr = sb[r * skp : r * skp + {SK}]
 {mask}
 {softmax}
-                        pq = (r // MR) * nk * MR + r % MR
+                        pq = (r // 6) * {SK} * 6 + r % 6
                         for j in range(nk):
-                            pp[pq + j * MR] = sr[j]
-                    for r in range(0, rows, MR):
+                            pp[pq + j * 6] = sr[j]
+                    for r in range(0, rows, 6):
                         for c in range(0, dvp, 16):
-                            _micro(nk, pp0 + r * nk * 4, vp0 + c * nk * 4, 0,
+                            _micro({SK}, pp0 + r * {SK} * 4, vp0 + c * {SK} * 4, 0,
                                    ob0 + (r * dvp + c) * 4, dvp, 0, 0, z0, z0, 0, 0)
                     for r in range(rows):
                         i = q0 + r
@@ -164,38 +157,6 @@ else:
     inv = f32(1) / tot
     for j in range(nk):
         sr[j] *= inv"""
-
-
-def _span(node: Node, names: list[str], num, row: str | None) -> str:
-    """cpu: ``lo, hi``, the keys from the first to the last one the mask keeps for query row
-    ``row`` (None: any row of the (batch, head)); every key outside is filled with a score far
-    below the kept ones (exp gives 0: skipping it is exact), so a static cache's rows past the
-    valid length or before a sliding window are never read. Every key where no mask allows it."""
-    a, pad = node.attrs, " " * (24 if row else 16)
-    if not a["mask"] or any(s != "where" for s in a["mask"]) or not a["fill"] <= -1e30:
-        return pad + f"lo, hi = 0, {num(_sk(node), 'SK')}"
-    q = node.inputs[0]
-    bsz, heads, sq, _ = (q.shape[p] for p in a["q_perm"])
-    sk = _sk(node)
-    full = (bsz, heads, sq, sk)
-    r, sk_n, sq_n = row or "ii", num(sk, "SK"), num(sq, "SQ")
-    kept = []
-    for m, name in zip(node.inputs[4:], names[4:-1]):
-        mst = [num(z, "s") for z in broadcast_strides(m.shape, full)]
-        kept.append(f"{name}[{_at(mst, ('b', 'h', r, 'j'))}] == {lit(a['keep'], 'b1')}")
-    scan = [f"for j in range({sk_n}):", f"    if {' and '.join(kept)}:", "        lo = min(lo, j)",
-            "        break", f"for j in range({sk_n} - 1, lo - 1, -1):",
-            f"    if {' and '.join(kept)}:", "        hi = max(hi, j + 1)", "        break"]  # fmt: skip
-    if row is None:
-        scan = [f"for ii in range({sq_n}):"] + ["    " + ln for ln in scan]
-    body = [f"lo, hi = {sk_n}, 0", *scan, "if hi <= lo:  # no key kept: every key, as unfused",
-            f"    lo, hi = 0, {sk_n}"]  # fmt: skip
-    return "\n".join(pad + ln for ln in body)
-
-
-def _sk(node: Node) -> int:
-    return node.inputs[1].shape[node.attrs["k_perm"][2]]
-
 
 _CUDA = """\
 from numba import cuda
@@ -280,6 +241,79 @@ def kernel(n, {params}):
 """
 
 
+# cuda, one block per query row (decode, few rows, wide heads): q in shared memory, each thread
+# the dot products of every NT-th key, the row's scores kept in shared memory for an exact
+# softmax (max and sum by a tree), then each thread one output dim summed over all keys
+# (coalesced V reads)
+_CUDA_ROW = """\
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def kernel(n, {params}):
+    tid = cuda.threadIdx.x
+    i = cuda.blockIdx.x
+    h = cuda.blockIdx.y
+    b = cuda.blockIdx.z
+    hk = h // {G}
+    k0 = 0
+    ss = cuda.shared.array({SK}, f32)
+    qs = cuda.shared.array({D}, f32)
+    red = cuda.shared.array({NT}, f32)
+    sc = {sc}
+    qr = {q_at}
+    for d in range(tid, {D}, {NT}):
+        qs[d] = {q}[qr + d * {QD}] * sc
+    cuda.syncthreads()
+    m = f32(-math.inf)
+    for j in range(tid, {SK}, {NT}):
+        kr = {k_at}
+        x = f32(0)
+        for d in range({D}):
+            x += qs[d] * {k}[kr + d * {KD}]
+{mask}
+        ss[j] = x
+        m = max(m, x)
+{mtree}
+    l = f32(0)
+    for j in range(tid, {SK}, {NT}):
+        p = f32(0)
+        if ss[j] != -math.inf:
+            p = math.exp(ss[j] - m)
+        ss[j] = p
+        l += p
+{ltree}
+    orow = {o_at}
+    for d in range(tid, {DV}, {NT}):
+        y = f32(0)
+        for j in range({SK}):
+            vr = {v_at}
+            y += ss[j] * {v}[vr + d * {VD}]
+        {o}[orow + d * {OD}] = y / l
+"""
+ROW_THREADS = 128  # the per-row kernel's block
+ROW_KEYS = 8192  # its scores in shared memory: 32 KiB
+
+
+def _tree(var: str, combine: str, nt: int) -> str:
+    """Every thread of the block ends with ``combine`` over all threads' ``var`` (a tree in
+    ``red``; the syncs also publish the block's writes to ``ss``)."""
+    lines = [f"red[tid] = {var}", "cuda.syncthreads()", f"w = {nt // 2}", "while w > 0:"]
+    lines += [
+        "    if tid < w:",
+        f"        red[tid] = {combine.format(a='red[tid]', v='red[tid + w]')}",
+    ]
+    lines += ["    cuda.syncthreads()", "    w //= 2", f"{var} = red[0]", "cuda.syncthreads()"]
+    return "\n".join("    " + ln for ln in lines)
+
+
+def per_row(sq: int, d: int, sk: int) -> bool:
+    """cuda: the per-row kernel for few query rows or wide heads (the tiled kernel gives such a
+    row one thread per TPR keys and sizes its registers by the head dim), scores within shared
+    memory."""
+    return sk <= ROW_KEYS and (sq <= 16 or d >= 128)
+
+
 def _pow2_floor(x: int) -> int:
     return 1 << (max(x, 1).bit_length() - 1)
 
@@ -322,7 +356,7 @@ def _fields(node: Node, names: list[str], num, cpu: bool) -> dict:
     return f
 
 
-def _mask(node: Node, names: list[str], num, cpu: bool) -> str:
+def _mask(node: Node, names: list[str], num, cpu: bool, indent: int = 0) -> str:
     """The mask steps, in order, on the scores of row i: cpu a loop over the block's keys on
     ``sr[j]``, cuda on its key's ``x``."""
     a, lines, x = node.attrs, [], "sr[j]" if cpu else "x"
@@ -338,40 +372,51 @@ def _mask(node: Node, names: list[str], num, cpu: bool) -> str:
             body = [f"if {at} != {lit(a['keep'], 'b1')}:", f"    {x} = {lit(a['fill'], 'f32')}"]
         if cpu:
             body = ["for j in range(nk):"] + ["    " + ln for ln in body]
-        lines += [" " * (24 if cpu else 16) + ln for ln in body]
+        lines += [" " * (indent or (24 if cpu else 16)) + ln for ln in body]
     return "\n".join(lines)
 
 
 @lowering("FusedAttention", form="rows")
 def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
-    q, v = node.inputs[0], node.inputs[2]
+    q, k, v = node.inputs[:3]
     a = node.attrs
     bsz, heads, sq, d = (q.shape[p] for p in a["q_perm"])
-    dv = v.shape[a["v_perm"][3]]
+    sk, dv = k.shape[a["k_perm"][2]], v.shape[a["v_perm"][3]]
     names = [kb.tensor(t.name) for t in node.inputs] + [kb.tensor(node.outputs[0].name)]
+    skp = -(-sk // 16) * 16
+    qb = min(-(-sq // 6), max(1, SCORES_CPU // (6 * skp))) * 6  # whole 6-row panels
     n = bsz * heads
     # cpu: shapes and strides are int params (one compiled kernel per mask structure); the mask
     # loops over the row's keys
     cpu_f = _fields(node, names, kb.int_param, True)
-    cpu_f["SCORES"] = SCORES_CPU
+    cpu_f["QB"] = kb.int_param(qb, "QB")
     cpu_f["softmax"] = "\n".join(" " * 24 + ln for ln in _ROW_SOFTMAX.splitlines())
-    cpu_f["span_row"] = _span(node, names, kb.int_param, "i")
-    cpu_f["span_all"] = _span(node, names, kb.int_param, None)
-    # cuda: literals (local and shared array sizes must be); NT threads, BQ query rows of TPR
-    # threads each; the merge at the end reuses the tile buffer
-    cuda_f = _fields(node, names, lambda value, hint: str(int(value)), False)
-    kp, vp = d + 1, dv + 1
-    bk = min(64, SHARED_FLOATS // (kp + vp))
-    nt = min(128, _pow2_floor(SHARED_FLOATS // dv))
-    bq = min(16, 1 << max(sq - 1, 0).bit_length(), nt)
-    tpr = min(nt // bq, _pow2_floor(bk))
-    nt = bq * tpr
-    cuda_f.update(TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp)
-    cuda_f["SHN"] = max(bk * (kp + vp), nt * dv)
+    # cuda: literals (local and shared array sizes must be); the per-row kernel, or the tiled
+    # one: NT threads, BQ query rows of TPR threads each, the merge reusing the tile buffer
+    lit_num = lambda value, hint: str(int(value))
+    cuda_f = _fields(node, names, lit_num, False)
     params = ", ".join(kb.params)
     cpu = HEADER + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
-    cuda = HEADER + "\n" + _CUDA.format(params=params, **cuda_f)
+    if per_row(sq, d, sk):
+        nt = ROW_THREADS
+        cuda_f["NT"] = nt
+        cuda_f["mask"] = _mask(node, names, lit_num, False, 8)
+        cuda_f["mtree"] = _tree("m", "max({a}, {v})", nt)
+        cuda_f["ltree"] = _tree("l", "{a} + {v}", nt)
+        cuda = HEADER + "\n" + _CUDA_ROW.format(params=params, **cuda_f)
+        grid = (sq, heads, bsz)
+    else:
+        kp, vp = d + 1, dv + 1
+        bk = min(64, SHARED_FLOATS // (kp + vp))
+        nt = min(128, _pow2_floor(SHARED_FLOATS // dv))
+        bq = min(16, 1 << max(sq - 1, 0).bit_length(), nt)
+        tpr = min(nt // bq, _pow2_floor(bk))
+        nt = bq * tpr
+        cuda_f.update(TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp)
+        cuda_f["SHN"] = max(bk * (kp + vp), nt * dv)
+        cuda = HEADER + "\n" + _CUDA.format(params=params, **cuda_f)
+        grid = (-(-sq // bq), heads, bsz)
     key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
     call = KernelCall(cpu, cuda, key, n, list(kb.args), kb.label)
-    call.launch = ((-(-sq // bq), heads, bsz), nt)
+    call.launch = (grid, nt)
     return call

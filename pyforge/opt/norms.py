@@ -1,0 +1,121 @@
+"""RMSNorm written out in elementwise ops becomes one RMSNormalization (ops/norm.py), a row
+kernel whose statistics take the row's threads together, where the decomposed form reduces each
+row in one thread (ReduceMean's template) and runs three more kernels.
+
+Recognised as exporters and hand-written decoders spell it, over trailing axes a.. of x:
+    r = ReduceMean(Mul(x, x) | Pow(x, 2), axes=[a, .., rank-1], keepdims=1)
+    s = Sqrt(Add(r, eps))                      eps a scalar constant
+    n = Div(x, s) | Mul(x, Reciprocal(s)) | Mul(x, Div(1, s))
+    y = Mul(n, w)                              w constant over x.shape[a:] (else a scale of ones)
+Every intermediate must be read only by the pattern; anything else is left as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from .passes import register_pass
+
+
+def _scalar(v: Value | None) -> float | None:
+    if v is None or v.const is None or v.size != 1:
+        return None
+    return float(v.const.reshape(()))
+
+
+class _Match:
+    def __init__(self, graph: Graph) -> None:
+        self.users = graph.consumers()
+        self.outputs = {id(v) for v in graph.outputs}
+
+    def private(self, v: Value) -> bool:
+        return len(self.users.get(id(v), [])) == 1 and id(v) not in self.outputs
+
+    def inner(self, v: Value, op: str) -> Node | None:
+        """The producer of ``v`` when it is an ``op`` whose result only the pattern reads."""
+        node = v.producer
+        return node if node is not None and node.op == op and self.private(v) else None
+
+    def rstd_of(self, node: Node) -> tuple[Value, Value, float, list[Node]] | None:
+        """(x, the Sqrt's value, eps, swallowed nodes) when ``node`` is x / sqrt(mean(x²) + eps)."""
+        if node.op == "Div":
+            x, s, gone = node.inputs[0], node.inputs[1], [node]
+        elif node.op == "Mul":
+            for a, b in ((0, 1), (1, 0)):
+                r = node.inputs[b]
+                rec = self.inner(r, "Reciprocal") or self.inner(r, "Div")
+                if rec is None or (rec.op == "Div" and _scalar(rec.inputs[0]) != 1.0):
+                    continue
+                x, s, gone = node.inputs[a], rec.inputs[-1], [rec, node]
+                break
+            else:
+                return None
+        else:
+            return None
+        sq = self.inner(s, "Sqrt")
+        add = sq and self.inner(sq.inputs[0], "Add")
+        if add is None:
+            return None
+        for m, e in ((0, 1), (1, 0)):
+            eps, mean = _scalar(add.inputs[e]), self.inner(add.inputs[m], "ReduceMean")
+            if eps is None or mean is None or not mean.attrs["keepdims"]:
+                continue
+            sqr = self.inner(mean.inputs[0], "Mul") or self.inner(mean.inputs[0], "Pow")
+            if sqr is None:
+                continue
+            if sqr.op == "Mul" and not (sqr.inputs[0] is x and sqr.inputs[1] is x):
+                continue
+            if sqr.op == "Pow" and (sqr.inputs[0] is not x or _scalar(sqr.inputs[1]) != 2.0):
+                continue
+            return x, mean, eps, [sqr, mean, add, sq, *gone]
+        return None
+
+
+def _rms(graph: Graph, m: _Match, node: Node) -> tuple[Node, list[Node]] | None:
+    found = m.rstd_of(node)
+    if found is None:
+        return None
+    x, mean, eps, gone = found
+    rank, axes = len(x.shape), mean.attrs["axes"]
+    if x.dtype != np.float32 or not axes or axes != list(range(axes[0], rank)):
+        return None
+    a, out = axes[0], node.outputs[0]
+    if out.shape != x.shape:
+        return None
+    row = tuple(x.shape[a:])
+    scale = graph.constant(np.ones(row, np.float32), "rms_scale")
+    users = m.users.get(id(out), [])
+    mul = users[0] if m.private(out) and users[0].op == "Mul" else None
+    w = None if mul is None else mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
+    if w is not None and w.const is not None and w.dtype == np.float32:
+        lead = max(len(w.shape) - len(row), 0)
+        tail = w.shape[lead:]
+        fits = all(t in (1, r) for t, r in zip(tail[::-1], row[::-1]))
+        if fits and all(d == 1 for d in w.shape[:lead]):
+            tail_c = np.ascontiguousarray(w.const.reshape(tail))
+            scale, out = graph.constant(tail_c, "rms_scale"), mul.outputs[0]
+            gone.append(mul)
+    attrs = {"axis": a, "epsilon": eps}
+    return Node("RMSNormalization", [x, scale], [out], attrs, node.name, 23), gone
+
+
+@register_pass("rms_norm")
+def fuse_rms_norm(graph: Graph) -> Graph:
+    """Replace every exact decomposed RMSNorm by one RMSNormalization node."""
+    m, gone_ids = _Match(graph), set()
+    for node in [n for n in graph.nodes if n.op in ("Div", "Mul")]:
+        found = None if id(node) in gone_ids else _rms(graph, m, node)
+        if found is None:
+            continue
+        new, gone = found
+        gone_ids |= {id(n) for n in gone}
+        last = max(i for i, n in enumerate(graph.nodes) if id(n) in gone_ids)
+        graph.nodes = (
+            [n for n in graph.nodes[: last + 1] if id(n) not in gone_ids]
+            + [new]
+            + [n for n in graph.nodes[last + 1 :] if id(n) not in gone_ids]
+        )
+        new.outputs[0].producer = new
+        m = _Match(graph)
+    return graph

@@ -1,8 +1,8 @@
 """FusedAttention: the scores never leave the chip.
 
 cpu: one parallel tile per (batch, head): its keys (transposed) and values packed once into the
-panels of own sgemm's 6x16 micro-kernel (exec/cpu/sgemm.py), then per block of QB query rows
-(QB x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
+panels of own sgemm's MRx16 micro-kernel (exec/cpu/sgemm.py), then per block of qb query rows
+(qb x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
 (max, then emit.FEXP_CPU's vectorised exp and the sum in one loop) and written as the left panels of the second product; no BLAS
 call (OpenBLAS would start its own threads inside the parallel region).
 cuda, for few query rows or wide heads (a decode step): one block per (query row, head, batch),
@@ -30,11 +30,12 @@ from ..emit import (
 from ..registry import lowering
 from ..scalar import lit
 
-SCORES_CPU = 32768  # floats of a query block's scores (QB x keys): 128 KiB, within L2
+SCORES_CPU = 32768  # floats of a query block's scores (qb x keys): 128 KiB, within L2
 SHARED_FLOATS = 10240  # cuda: tiles + merge buffer, 40 KiB of the 48 KiB a block gets
 
 _CPU = """\
 from numba import njit, prange
+from pyforge.exec.cpu.pack import MR
 from pyforge.exec.cpu.sgemm import _micro
 from pyforge.exec.cpu.tiles import claim, threads, tiling
 
@@ -44,15 +45,16 @@ def kernel(n, {params}):
     sc = {sc}
     skp = ({SK} + 15) // 16 * 16
     dvp = ({DV} + 15) // 16 * 16
+    qb = min(({SQ} + MR - 1) // MR, max(1, {SCORES} // (MR * skp))) * MR  # whole MR-row panels
     parts = threads()
     per, tiles, nxt = tiling(n, parts)
     for _ in prange(parts):
         kp = np.zeros({D} * skp, np.float32)
         vp = np.zeros(dvp * {SK}, np.float32)
-        qp = np.zeros({QB} * {D}, np.float32)
-        pp = np.zeros({QB} * {SK}, np.float32)
-        sb = np.zeros({QB} * skp, np.float32)
-        ob = np.zeros({QB} * dvp, np.float32)
+        qp = np.zeros(qb * {D}, np.float32)
+        pp = np.zeros(qb * {SK}, np.float32)
+        sb = np.zeros(qb * skp, np.float32)
+        ob = np.zeros(qb * dvp, np.float32)
         z = np.zeros(16, np.float32)
         kp0, vp0, qp0, pp0 = kp.ctypes.data, vp.ctypes.data, qp.ctypes.data, pp.ctypes.data
         sb0, ob0, z0 = sb.ctypes.data, ob.ctypes.data, z.ctypes.data
@@ -64,76 +66,82 @@ def kernel(n, {params}):
                 hk = h // {G}
                 k0 = 0
                 nk = {SK}
-                if {SQ} < 6:  # decode: fewer rows than a panel; K and V read in place
+                if {SQ} < MR:  # decode: fewer rows than a panel; K and V read in place
                     for i in range({SQ}):
                         qr = {q_at}
                         for d in range({D}):
                             qp[d] = {q}[qr + d * {QD}] * sc
-                        sr = sb[: {SK}]
-                        for k0 in range(0, {SK}, 64):  # GEMVs below OpenBLAS's threading size
-                            nb = min(64, {SK} - k0)
+{span_row}
+                        for k0 in range(lo, hi, 64):  # GEMVs below OpenBLAS's threading size
+                            nb = min(64, hi - k0)
                             j = 0
                             kr = {k_at}
                             if {KD} == 1 and {KS} == {D}:  # key rows contiguous: in place
                                 kblk = {k}[kr : kr + nb * {D}].reshape((nb, {D}))
-                                sr[k0 : k0 + nb] = np.dot(kblk, qp[: {D}])
+                                sb[k0 : k0 + nb] = np.dot(kblk, qp[: {D}])
                                 continue
                             for j in range(nb):
                                 kr = {k_at}
                                 x = f32(0)
                                 for d in range({D}):
                                     x += qp[d] * {k}[kr + d * {KD}]
-                                sr[k0 + j] = x
-                        k0 = 0
+                                sb[k0 + j] = x
+                        k0 = lo
+                        nk = hi - lo
+                        sr = sb[lo:hi]
 {mask}
 {softmax}
                         ob[: {DV}] = 0
-                        for k0 in range(0, {SK}, 64):
-                            nb = min(64, {SK} - k0)
+                        for k0 in range(lo, hi, 64):
+                            nb = min(64, hi - k0)
                             j = 0
                             vr = {v_at}
                             if {VD} == 1 and {VS} == {DV}:
                                 vblk = {v}[vr : vr + nb * {DV}].reshape((nb, {DV}))
-                                ob[: {DV}] += np.dot(sr[k0 : k0 + nb], vblk)
+                                ob[: {DV}] += np.dot(sb[k0 : k0 + nb], vblk)
                                 continue
                             for j in range(nb):
                                 vr = {v_at}
                                 for d in range({DV}):
-                                    ob[d] += sr[k0 + j] * {v}[vr + d * {VD}]
+                                    ob[d] += sb[k0 + j] * {v}[vr + d * {VD}]
                         orow = {o_at}
                         for d in range({DV}):
                             {o}[orow + d * {OD}] = ob[d]
                     continue
-                for j in range({SK}):
+{span_all}
+                k0 = lo
+                nk = hi - lo
+                nkp = (nk + 15) // 16 * 16
+                for j in range(nk):
                     kr, vr = {k_at}, {v_at}
                     kq = (j // 16) * {D} * 16 + j % 16
                     for d in range({D}):
                         kp[kq + d * 16] = {k}[kr + d * {KD}]
                     for d in range({DV}):
-                        vp[(d // 16) * {SK} * 16 + j * 16 + d % 16] = {v}[vr + d * {VD}]
-                for q0 in range(0, {SQ}, {QB}):
-                    rows = min({QB}, {SQ} - q0)
+                        vp[(d // 16) * nk * 16 + j * 16 + d % 16] = {v}[vr + d * {VD}]
+                for q0 in range(0, {SQ}, qb):
+                    rows = min(qb, {SQ} - q0)
                     for r in range(rows):
                         i = q0 + r
                         qr = {q_at}
-                        qq = (r // 6) * {D} * 6 + r % 6
+                        qq = (r // MR) * {D} * MR + r % MR
                         for d in range({D}):
-                            qp[qq + d * 6] = {q}[qr + d * {QD}] * sc
-                    for r in range(0, rows, 6):
-                        for c in range(0, skp, 16):
+                            qp[qq + d * MR] = {q}[qr + d * {QD}] * sc
+                    for r in range(0, rows, MR):
+                        for c in range(0, nkp, 16):
                             _micro({D}, qp0 + r * {D} * 4, kp0 + c * {D} * 4, 0,
                                    sb0 + (r * skp + c) * 4, skp, 0, 0, z0, z0, 0, 0)
                     for r in range(rows):
                         i = q0 + r
-                        sr = sb[r * skp : r * skp + {SK}]
+                        sr = sb[r * skp : r * skp + nk]
 {mask}
 {softmax}
-                        pq = (r // 6) * {SK} * 6 + r % 6
+                        pq = (r // MR) * nk * MR + r % MR
                         for j in range(nk):
-                            pp[pq + j * 6] = sr[j]
-                    for r in range(0, rows, 6):
+                            pp[pq + j * MR] = sr[j]
+                    for r in range(0, rows, MR):
                         for c in range(0, dvp, 16):
-                            _micro({SK}, pp0 + r * {SK} * 4, vp0 + c * {SK} * 4, 0,
+                            _micro(nk, pp0 + r * nk * 4, vp0 + c * nk * 4, 0,
                                    ob0 + (r * dvp + c) * 4, dvp, 0, 0, z0, z0, 0, 0)
                     for r in range(rows):
                         i = q0 + r
@@ -157,6 +165,38 @@ else:
     inv = f32(1) / tot
     for j in range(nk):
         sr[j] *= inv"""
+
+
+def _span(node: Node, names: list[str], num, row: str | None) -> str:
+    """cpu: ``lo, hi``, the keys from the first to the last one the mask keeps for query row
+    ``row`` (None: any row of the (batch, head)); every key outside is filled with a score far
+    below the kept ones (exp gives 0: skipping it is exact), so a static cache's rows past the
+    valid length or before a sliding window are never read. Every key where no mask allows it."""
+    a, pad = node.attrs, " " * (24 if row else 16)
+    if not a["mask"] or any(s != "where" for s in a["mask"]) or not a["fill"] <= -1e30:
+        return pad + f"lo, hi = 0, {num(_sk(node), 'SK')}"
+    q = node.inputs[0]
+    bsz, heads, sq, _ = (q.shape[p] for p in a["q_perm"])
+    sk = _sk(node)
+    full = (bsz, heads, sq, sk)
+    r, sk_n, sq_n = row or "ii", num(sk, "SK"), num(sq, "SQ")
+    kept = []
+    for m, name in zip(node.inputs[4:], names[4:-1]):
+        mst = [num(z, "s") for z in broadcast_strides(m.shape, full)]
+        kept.append(f"{name}[{_at(mst, ('b', 'h', r, 'j'))}] == {lit(a['keep'], 'b1')}")
+    scan = [f"for j in range({sk_n}):", f"    if {' and '.join(kept)}:", "        lo = min(lo, j)",
+            "        break", f"for j in range({sk_n} - 1, lo - 1, -1):",
+            f"    if {' and '.join(kept)}:", "        hi = max(hi, j + 1)", "        break"]  # fmt: skip
+    if row is None:
+        scan = [f"for ii in range({sq_n}):"] + ["    " + ln for ln in scan]
+    body = [f"lo, hi = {sk_n}, 0", *scan, "if hi <= lo:  # no key kept: every key, as unfused",
+            f"    lo, hi = 0, {sk_n}"]  # fmt: skip
+    return "\n".join(pad + ln for ln in body)
+
+
+def _sk(node: Node) -> int:
+    return node.inputs[1].shape[node.attrs["k_perm"][2]]
+
 
 _CUDA = """\
 from numba import cuda
@@ -383,14 +423,14 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     bsz, heads, sq, d = (q.shape[p] for p in a["q_perm"])
     sk, dv = k.shape[a["k_perm"][2]], v.shape[a["v_perm"][3]]
     names = [kb.tensor(t.name) for t in node.inputs] + [kb.tensor(node.outputs[0].name)]
-    skp = -(-sk // 16) * 16
-    qb = min(-(-sq // 6), max(1, SCORES_CPU // (6 * skp))) * 6  # whole 6-row panels
     n = bsz * heads
     # cpu: shapes and strides are int params (one compiled kernel per mask structure); the mask
     # loops over the row's keys
     cpu_f = _fields(node, names, kb.int_param, True)
-    cpu_f["QB"] = kb.int_param(qb, "QB")
+    cpu_f["SCORES"] = SCORES_CPU
     cpu_f["softmax"] = "\n".join(" " * 24 + ln for ln in _ROW_SOFTMAX.splitlines())
+    cpu_f["span_row"] = _span(node, names, kb.int_param, "i")
+    cpu_f["span_all"] = _span(node, names, kb.int_param, None)
     # cuda: literals (local and shared array sizes must be); the per-row kernel, or the tiled
     # one: NT threads, BQ query rows of TPR threads each, the merge reusing the tile buffer
     lit_num = lambda value, hint: str(int(value))

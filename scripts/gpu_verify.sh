@@ -47,6 +47,13 @@ s9)  # the ninth session's first call: gpu tests, Gemma 3 generation with the in
   step 250 python3 benchmarks/generate_gpu.py --quick --budget 230 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -14
   step 130 python3 scripts/profile_decode.py --ctx 256 --new 24 --top 20 2>&1 | grep -v -i warn | tee "$OUT/profile_decode.txt" | tail -45
   ;;
+s9b)  # the ninth session's second call: decode with the per-row attention kernel, new-shape time
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 80 python3 benchmarks/attention.py --target cuda --rounds 2 --calls 10 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -11
+  step 220 python3 benchmarks/generate_gpu.py --quick --budget 200 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -10
+  step 120 python3 scripts/profile_decode.py --ctx 256 --new 24 --top 12 2>&1 | grep -v -i warn | tee "$OUT/profile_decode.txt" | grep -A14 -E "^--- device|cache, cuda" | tail -34
+  step 100 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt" | tail -6
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -98,20 +98,36 @@ def ort_error(model, feeds, *plans) -> list[float]:
     return errs
 
 
-def bench(spec: str, runs: int) -> tuple[float, float]:
-    """Prints the model's figures; returns (predicted, measured median) saving in ms."""
+def bench(spec: str, runs: int, ab_epilogue: bool = False) -> tuple[float, float]:
+    """Prints the model's figures; returns (predicted, measured median) saving in ms.
+    ``ab_epilogue``: a third plan, the e-graph's without the epilogue-apart alternative, run
+    alternated with the other two."""
     model, shapes, feeds = load(spec)
     kw = {"input_shapes": shapes} if shapes else {}
+    t0 = time.perf_counter()
     greedy = pyforge.compile(model, target="cpu", **kw)
+    greedy_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     pyforge.compile(model, target="cpu", optimizer="egraph", **kw)  # fills the cost cache
+    cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     eg = pyforge.compile(model, target="cpu", optimizer="egraph", **kw)
     compile_s = time.perf_counter() - t0
     rep = eg.details["egraph"]
     err_g, err_e = ort_error(model, feeds, greedy, eg)
-    times = {"greedy": [], "egraph": []}
-    for _ in range(runs):  # alternated, so both see the same load
-        for name, m in (("greedy", greedy), ("egraph", eg)):
+    plans = [("greedy", greedy), ("egraph", eg)]
+    if ab_epilogue:
+        from pyforge.opt.egraph import parallel_gemm
+
+        parallel_gemm.EPILOGUE_APART = False
+        try:
+            fused = pyforge.compile(model, target="cpu", optimizer="egraph", **kw)
+        finally:
+            parallel_gemm.EPILOGUE_APART = True
+        plans.append(("fused", fused))
+    times = {name: [] for name, _ in plans}
+    for _ in range(runs):  # alternated, so all see the same load
+        for name, m in plans:
             t = time.perf_counter()
             m.predict(feeds)
             times[name].append(time.perf_counter() - t)
@@ -135,10 +151,20 @@ def bench(spec: str, runs: int) -> tuple[float, float]:
         f"{e_med:.3f} min {e_min:.3f} ms   ({g_med - e_med:+.3f} ms median "
         f"{100 * (e_med / g_med - 1):+.1f}%, {g_min - e_min:+.3f} ms min)"
     )
+    if ab_epilogue:
+        f_med, f_min = statistics.median(times["fused"]) * 1e3, min(times["fused"]) * 1e3
+        frep = fused.details["egraph"]
+        print(
+            f"  epilogues all fused (no epilogue-apart alternative): simulated "
+            f"{frep.predicted[1] * 1e3:.3f} ms, measured median {f_med:.3f} min {f_min:.3f} ms; "
+            f"egraph with it {100 * (e_med / f_med - 1):+.1f}% median, "
+            f"{100 * (e_min / f_min - 1):+.1f}% min"
+        )
     line = rep.search_line() if rep.searches else "no regions, no search"
     print(
         f"  search (warm cost cache) {rep.seconds * 1e3:.1f} ms: {line}; whole compile "
-        f"{compile_s:.2f} s; load average {os.getloadavg()[0]:.1f}",
+        f"{compile_s:.2f} s (first, measuring what the cost table lacked: {cold_s:.2f} s; greedy "
+        f"{greedy_s:.2f} s); load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     return sim_g - sim_e, g_med - e_med
@@ -148,12 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=["mlp", "resnet50", "minilm_l6:16"])
     ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument(
+        "--ab-epilogue",
+        action="store_true",
+        help="also run the e-graph plan without the epilogue-apart alternative, alternated",
+    )
     args = ap.parse_args(argv)
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    pairs = [bench(spec, args.runs) for spec in args.models]
+    pairs = [bench(spec, args.runs, args.ab_epilogue) for spec in args.models]
     if len(pairs) > 2:
         r = float(np.corrcoef(np.array(pairs).T)[0, 1])
         print(f"correlation of predicted and measured (median) savings over {len(pairs)}: {r:.2f}")

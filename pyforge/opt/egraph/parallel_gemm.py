@@ -31,9 +31,16 @@ from .rules import Rule, SaturationReport, Subst, saturate
 # an OpenBLAS alternative is costed at this times its measured time: a kernel timed alone on a
 # loaded machine must look >= 10% cheaper than own sgemm before the plan leaves own sgemm
 OPENBLAS_MARGIN = 1.10
-# an epilogue run as a kernel of its own is costed at this times its measured time: the cut
-# must look >= 10% cheaper than the fused group (the same guard, for the same noise)
-EPILOGUE_MARGIN = 1.10
+# an epilogue run as a kernel of its own is charged this fraction of its fused group's own
+# sgemm time on top of its measured time: the cut must look >= 10% cheaper than the fused
+# group (the anchor and the group are timed apart; on a loaded machine they differ by noise)
+EPILOGUE_GUARD = 0.10
+# and it is one more step: each candidate's time is net of a timed run's overhead, which holds
+# one step's dispatch, so the cut's second kernel is charged a step of its own ("step" kind)
+STEP = ("step", ((1,),), "float32")
+# offer the epilogue-apart alternative at all (benchmarks/egraph.py --ab-epilogue turns it off
+# for a third plan, to measure what it adds)
+EPILOGUE_APART = True
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
 KernelCost = Callable[[str, tuple, str], tuple[float, str]]
 
@@ -168,9 +175,7 @@ class _Costs:
             spec = next(iter(self.eg.nodes(n.children[0]))).payload
             return "group" + "/blas" * (n.op == "GemmAnchorBlas"), (self.parts[spec][0],), "float32"
         if n.op == "Epilogue":  # the group's epilogue alone, reading the anchor's output
-            a = next(m for m in self.eg.nodes(n.children[0]) if m.op == "GemmAnchor")
-            spec = next(iter(self.eg.nodes(a.children[0]))).payload
-            return "group", (self.parts[spec][1],), "float32"
+            return "group", (self.parts[self._group(n)][1],), "float32"
         if n.op in ("ConvBias", "ConvBiasBlas"):  # costed as the conv + bias it is
             x, attrs = self.convs[self.eg.find(n.children[0])]
             kind = "group" + "/blas" * (n.op == "ConvBiasBlas")
@@ -186,13 +191,21 @@ class _Costs:
             return "split", (shape(n.children[0]), parts), "float32"
         return None
 
+    def _group(self, n: ENode) -> int:
+        """The group an Epilogue e-node cuts (its bare GEMM's leaf payload)."""
+        a = next(m for m in self.eg.nodes(n.children[0]) if m.op == "GemmAnchor")
+        return next(iter(self.eg.nodes(a.children[0]))).payload
+
     def _price(self, n: ENode) -> tuple[float, str]:
         req = self.request(n)
         if req is None:
             return 0.0, "free"
         seconds, how = self.cost(*req)
         if n.op == "Epilogue":
-            return seconds * EPILOGUE_MARGIN, how
+            step, how_step = self.cost(*STEP)
+            whole, how_whole = self.cost("group", (self.specs[self._group(n)],), "float32")
+            hows = "+".join(sorted({how, how_step, how_whole}))
+            return seconds + step + EPILOGUE_GUARD * whole, hows
         return seconds * (OPENBLAS_MARGIN if req[0].endswith("/blas") else 1.0), how
 
     def total(self, n: ENode) -> tuple[float, str]:
@@ -268,11 +281,14 @@ def optimise(
 
     if roots:
         rules = RULES + (blas_rules(own_would_run) if backend else [])
-        rules += epilogue_rules(has_epilogue, own_would_run if backend else None)
+        if EPILOGUE_APART:
+            rules += epilogue_rules(has_epilogue, own_would_run if backend else None)
         report.saturation = saturate(eg, rules, max_iterations=6)
         must = must_classes(eg)
         if prefetch is not None:
-            reqs = {costs.request(n) for ns in eg.classes.values() for n in ns}
+            nodes = [n for ns in eg.classes.values() for n in ns]
+            reqs = {costs.request(n) for n in nodes}
+            reqs |= {STEP} if any(n.op == "Epilogue" for n in nodes) else set()
             prefetch(sorted((r for r in reqs if r is not None), key=repr))
     choice: dict[int, ENode] = {}
     for root in roots:

@@ -55,6 +55,8 @@ CONVS = {
     # more weight panels than column panels: threads split the rows, windows read in place
     "split rows": dict(cin=40, cout=96, hw=(7, 7), k=3, pads=(1, 1, 1, 1)),
 }
+# large enough for own sgemm whatever the micro-tile's height (7, 8 and 24 rows: part panels)
+OWN = {"3x3 pad 1", "5x5 dilated", "7x7 map", "long k", "split rows"}
 TAILS = {"none": (), "relu": ("relu",), "res+relu": ("residual", "relu"), "sigmoid": ("sigmoid",)}
 
 
@@ -64,6 +66,8 @@ def test_conv_matches_ort(case, tail):
     model, feeds = _conv(**CONVS[case], tail=TAILS[tail])
     compiled, _ = check_against_ort(model, feeds)
     assert compiled.stats["launches"] == 1  # pad + GEMM + epilogue in one driver
+    if case in OWN and cpu_sgemm.available():
+        assert set(compiled.runtime.gemm_impls.values()) == {"pyforge sgemm (AVX2)"}
 
 
 def test_own_and_blas_paths_agree():

@@ -8,21 +8,27 @@ driver.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
 
 import numba
 import numpy as np
 
 from ..kernels import load_kernel
 from ..steps import GemmStep, KernelStep
+from . import conv as cv
 from . import pack as pk
 from . import sgemm as sg
+from . import tiles
 
 OPENBLAS = "@openblas"  # in a step's label (its group's name): opt/egraph chose OpenBLAS for it
 
 # every size is read from ``d`` at run time, so steps of one structure share a compiled driver
 _DRIVER = """\
+# own sgemm {fingerprint}
 import sys
 import numpy as np
 from numba import njit
@@ -56,9 +62,21 @@ _RESIDUAL = """\
 """
 
 
+@cache
+def _fingerprint() -> str:
+    """What a driver compiles in from sgemm and its helpers: Numba's disk cache of the driver
+    keys on the driver's source alone, so the source names this, and a changed sgemm (or a
+    micro-tile chosen for another CPU) compiles anew instead of running a stale copy."""
+    digest = hashlib.sha1(f"{sg.MR}x{sg.NR}x{pk.LANES}".encode())
+    for module in (sg, pk, tiles, cv):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def takes(m: int, n: int, k: int) -> bool:
-    """At least one full micro-tile and big enough to split: the GEMM sizes own sgemm runs."""
-    return m >= sg.MR and n >= sg.NR and m * n * k >= 1 << 18
+    """At least 6 rows (a last panel's missing rows are summed as zeros, never stored), one
+    panel of columns and big enough to split: the GEMM sizes own sgemm runs."""
+    return m >= 6 and n >= sg.NR and m * n * k >= 1 << 18
 
 
 def usable(step: GemmStep, views: dict, constant: bool) -> bool:
@@ -158,6 +176,7 @@ def bind_own_step(
         cin, beta = views[step.c], np.float32(step.beta)
         d[14:19] = step.m, step.n, step.ldd, step.ldc or step.ldd, step.stride_c or 0
     source = _DRIVER.format(
+        fingerprint=_fingerprint(),
         imports="\n".join(imports),
         params=", ".join(names) or "_unused=0",
         prologue=calls["prologue"],

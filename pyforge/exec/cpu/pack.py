@@ -15,7 +15,18 @@ from numba.core.extending import intrinsic
 
 from .tiles import claim, threads, tiling
 
-MR, NR = 6, 16  # the micro-tile (sgemm.py): rows of L per panel, columns of R per panel
+
+def _avx512() -> bool:
+    from llvmlite import binding
+
+    return bool(binding.get_host_cpu_features().get("avx512f"))
+
+
+# The micro-tile (sgemm.py): rows of L per panel, columns of R per panel. With AVX-512 each row
+# of 16 columns is one 16-lane register, so 16 rows give 16 accumulators of the 32 registers;
+# with AVX2 a row is two 8-lane registers and 6 rows take 12 of the 16.
+LANES = 16 if _avx512() else 8
+MR, NR = (16 if LANES == 16 else 6), 16
 
 _V8 = ir.VectorType(ir.FloatType(), 8)
 _I64 = ir.IntType(64)

@@ -1,10 +1,12 @@
 """pyforge's own float32 GEMM and convolution for the cpu target.
 
-A 6x16 micro-kernel written as LLVM IR through a Numba intrinsic (Numba has no vector types; its
-auto-vectorised scalar version reached 17 GFLOP/s, this one 99.5 a core with operands in L1):
-twelve 8-lane accumulators, per k one broadcast of each of 6 left values and two loads of 16
-right values, twelve FMAs. Around it the usual blocking: the left operand (a conv's weights)
-packed once at bind time in panels of 6 rows, a strided right one packed per KC x NC block.
+A micro-kernel written as LLVM IR through a Numba intrinsic (Numba has no vector types; its
+auto-vectorised scalar version reached 17 GFLOP/s): 16 columns a row, per k one broadcast of
+each of MR left values, the 16 right values loaded once, an FMA per register. AVX-512: 16x16,
+sixteen 16-lane accumulators (201 GFLOP/s a core in L1 on Zen 5); AVX2: 6x16, twelve 8-lane
+ones (99.5 on the AVX2 machine, 115 on Zen 5). Around it the usual blocking: the left operand
+(a conv's weights) packed once at bind time in panels of MR rows, a strided right one packed per
+KC x NC block.
 
 What it buys over calling BLAS:
 - a convolution needs no im2col matrix. The image is copied once into a zero-bordered
@@ -31,7 +33,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.core.extending import intrinsic
 
-from .pack import MR, NR, pack_panels, packed_size  # 6 x 16: 12 AVX2 regs
+from .pack import LANES, MR, NR, pack_panels, packed_size
 
 KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packed block
 
@@ -45,7 +47,8 @@ R_STRIDED, R_SHIFTED = 0, 1
 TILES_PER_THREAD = 8
 
 _F32 = ir.FloatType()
-_V8 = ir.VectorType(_F32, 8)
+_VEC = ir.VectorType(_F32, LANES)
+_HALVES = NR // LANES  # registers per row of a tile
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 
@@ -60,18 +63,19 @@ def _c64(v: int) -> ir.Constant:
     return ir.Constant(_I64, v)
 
 
-_SIG = types.void(*[types.int64] * 12)
+_SIG = types.void(*[types.int64] * 13)
 
 
 @intrinsic
-def _micro(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
+def _micro(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu,
+           rows):  # fmt: skip
     """The micro-kernel (``_micro_ir``) reading R from packed panels at ``rp`` (``kp`` unused)."""
     return _SIG, lambda context, builder, sig, args: _micro_ir(False, context, builder, args)
 
 
 @intrinsic
 def _micro_windows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld,
-                   relu):  # fmt: skip
+                   relu, rows):  # fmt: skip
     """The micro-kernel reading R in place: row k's 16 floats at ``rp + 4 * koff[k]``, the int64
     offsets ``koff`` at byte address ``kp``."""
     return _SIG, lambda context, builder, sig, args: _micro_ir(True, context, builder, args)
@@ -80,16 +84,18 @@ def _micro_windows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, r
 def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     """C[0:MR, 0:NR] (+)= Lp[kc, MR]^T @ R[kc, NR]; then, when ``finish``, + bias (one value a
     row at ``bp``) + residual (rows ``res_ld`` floats apart at ``resp``), Relu when ``relu``.
-    Pointers are byte addresses; with no bias or residual they point at zeros (res_ld 0)."""
-    kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu = args
+    Pointers are byte addresses; with no bias or residual they point at zeros (res_ld 0). Only
+    the first ``rows`` rows are stored (a last panel's zero rows are summed, never stored)."""
+    kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows = args
     module = builder.module
-    fma = module.globals.get("llvm.fma.v8f32") or ir.Function(
-        module, ir.FunctionType(_V8, [_V8, _V8, _V8]), "llvm.fma.v8f32"
+    name = f"llvm.fma.v{LANES}f32"
+    fma = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), name
     )
-    pf, pv = _F32.as_pointer(), _V8.as_pointer()
-    zero = ir.Constant(_V8, [0.0] * 8)
-    undef = ir.Constant(_V8, ir.Undefined)
-    splat_mask = ir.Constant(ir.VectorType(_I32, 8), [0] * 8)
+    pf, pv = _F32.as_pointer(), _VEC.as_pointer()
+    zero = ir.Constant(_VEC, [0.0] * LANES)
+    undef = ir.Constant(_VEC, ir.Undefined)
+    splat_mask = ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES)
 
     def splat(x):
         return builder.shuffle_vector(
@@ -103,7 +109,7 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
 
     builder.position_at_end(loop)
     k = builder.phi(_I64)
-    acc = [builder.phi(_V8) for _ in range(2 * MR)]
+    acc = [builder.phi(_VEC) for _ in range(_HALVES * MR)]
     k.add_incoming(_c64(0), entry)
     for a in acc:
         a.add_incoming(zero, entry)
@@ -113,11 +119,11 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
         pb = builder.inttoptr(builder.add(rp, builder.mul(builder.load(koff), _c64(4))), pv)
     else:
         pb = builder.inttoptr(builder.add(rp, builder.mul(k, _c64(4 * NR))), pv)
-    b = [builder.load(builder.gep(pb, [ir.Constant(_I32, h)]), align=4) for h in range(2)]
+    b = [builder.load(builder.gep(pb, [ir.Constant(_I32, h)]), align=4) for h in range(_HALVES)]
     new = []
     for i in range(MR):
         a = splat(builder.load(builder.gep(pa, [ir.Constant(_I32, i)]), align=4))
-        new += [builder.call(fma, [a, b[h], acc[2 * i + h]]) for h in range(2)]
+        new += [builder.call(fma, [a, b[h], acc[_HALVES * i + h]]) for h in range(_HALVES)]
     k_next = builder.add(k, _c64(1))
     tail = builder.basic_block
     k.add_incoming(k_next, tail)
@@ -128,7 +134,7 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     builder.position_at_end(done)
     results = []
     for v in new:  # all phis first: LLVM wants them at the top of the block
-        results.append(builder.phi(_V8))
+        results.append(builder.phi(_VEC))
         results[-1].add_incoming(zero, entry)
         results[-1].add_incoming(v, tail)
     adding = builder.icmp_signed("!=", accumulate, _c64(0))
@@ -137,28 +143,31 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     row_bytes = builder.mul(ldc, _c64(4))
     res_bytes = builder.mul(res_ld, _c64(4))
     for i in range(MR):
-        row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
-        res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
-        bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
-        for h in range(2):
-            ptr = builder.inttoptr(builder.add(row, _c64(32 * h)), pv)
-            val = results[2 * i + h]
-            val = builder.select(adding, builder.fadd(builder.load(ptr, align=4), val), val)
-            res = builder.load(builder.inttoptr(builder.add(res_row, _c64(32 * h)), pv), align=4)
-            done_val = builder.fadd(builder.fadd(val, bias), res)
-            val = builder.select(finishing, done_val, val)
-            positive = builder.fcmp_ordered(">", val, zero)
-            val = builder.select(clamping, builder.select(positive, val, zero), val)
-            builder.store(val, ptr, align=4)
+        with builder.if_then(builder.icmp_signed(">", rows, _c64(i))):
+            row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
+            res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
+            bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
+            for h in range(_HALVES):
+                ptr = builder.inttoptr(builder.add(row, _c64(4 * LANES * h)), pv)
+                val = results[_HALVES * i + h]
+                val = builder.select(adding, builder.fadd(builder.load(ptr, align=4), val), val)
+                res = builder.load(
+                    builder.inttoptr(builder.add(res_row, _c64(4 * LANES * h)), pv), align=4
+                )
+                done_val = builder.fadd(builder.fadd(val, bias), res)
+                val = builder.select(finishing, done_val, val)
+                positive = builder.fcmp_ordered(">", val, zero)
+                val = builder.select(clamping, builder.select(positive, val, zero), val)
+                builder.store(val, ptr, align=4)
     return context.get_dummy_value()
 
 
 @njit(nogil=True, cache=True)
-def _mk(windows, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
+def _mk(windows, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows):
     if windows:
-        _micro_windows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu)
+        _micro_windows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
     else:
-        _micro(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu)
+        _micro(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
 
 
 @intrinsic
@@ -261,23 +270,23 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qb
                     for row in range(ic, ie, MR):
                         mr = min(MR, ie - row)
                         lpp = lp0 + ((row // MR) * kdim * MR + pc * MR) * 4
-                        if direct and mr == MR:
+                        if direct:
                             o = g[C_BASE] + row * g[C_RS] + at
                             bp = b0 + row * 4 if g[BIAS] else z0
                             rsp, rld = z0, 0
                             if has_res:
                                 rsp, rld = res0 + (g[RES_BASE] + row * g[C_RS] + at) * 4, g[C_RS]
                             _mk(windows, kc, lpp, rpp, kp, c0 + o * 4, g[C_RS], 0 if first else 1,
-                                1 if last else 0, bp, rsp, rld, relu)  # fmt: skip
+                                1 if last else 0, bp, rsp, rld, relu, mr)  # fmt: skip
                             continue
                         if staged:
                             _mk(windows, kc, lpp, rpp, kp, qb0 + (row * qld + q0) * 4, qld,
-                                0 if first else 1, 0, z0, z0, 0, 0)  # fmt: skip
+                                0 if first else 1, 0, z0, z0, 0, 0, MR)  # fmt: skip
                             if last:
                                 _store(g, c, bias, res, qbuf, row * qld + q0, qld, cols, row,
                                        mr, nr, True, True)  # fmt: skip
                             continue
-                        _mk(windows, kc, lpp, rpp, kp, tp0, NR, 0, 0, z0, z0, 0, 0)
+                        _mk(windows, kc, lpp, rpp, kp, tp0, NR, 0, 0, z0, z0, 0, 0, MR)
                         _store(g, c, bias, res, tmp, 0, NR, cols, row, mr, nr, first, last)
 
 

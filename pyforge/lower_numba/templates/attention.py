@@ -281,10 +281,10 @@ def kernel(n, {params}):
 """
 
 
-# cuda, one block per query row (decode, few rows, wide heads): q in shared memory, each thread
-# the dot products of every NT-th key, the row's scores kept in shared memory for an exact
-# softmax (max and sum by a tree), then each thread one output dim summed over all keys
-# (coalesced V reads)
+# cuda, one block per query row (decode, few rows, wide heads): q in shared memory; per pass of
+# KT keys, C threads a key, each the dot over its chunk of the head dim, summed in shared memory;
+# the row's scores kept in shared memory for an exact softmax (max and sum by a tree); then each
+# thread one output dim over every C2-th key (coalesced V reads), the C2 parts summed
 _CUDA_ROW = """\
 from numba import cuda
 
@@ -296,7 +296,6 @@ def kernel(n, {params}):
     h = cuda.blockIdx.y
     b = cuda.blockIdx.z
     hk = h // {G}
-    k0 = 0
     ss = cuda.shared.array({SK}, f32)
     qs = cuda.shared.array({D}, f32)
     red = cuda.shared.array({NT}, f32)
@@ -305,33 +304,63 @@ def kernel(n, {params}):
     for d in range(tid, {D}, {NT}):
         qs[d] = {q}[qr + d * {QD}] * sc
     cuda.syncthreads()
+    c = tid // {KT}
+    j = tid % {KT}
     m = f32(-math.inf)
-    for j in range(tid, {SK}, {NT}):
-        kr = {k_at}
-        x = f32(0)
-        for d in range({D}):
-            x += qs[d] * {k}[kr + d * {KD}]
+    for k0 in range(0, {SK}, {KT}):
+        part = f32(0)
+        if k0 + j < {SK}:
+            kr = {k_at}
+            for d in range(c * {DC}, min({D}, c * {DC} + {DC})):
+                part += qs[d] * {k}[kr + d * {KD}]
+        red[tid] = part
+        cuda.syncthreads()
+        if tid < {KT} and k0 + j < {SK}:
+            x = red[tid]
+            for u in range(1, {C}):
+                x += red[tid + u * {KT}]
 {mask}
-        ss[j] = x
-        m = max(m, x)
+            ss[k0 + j] = x
+            m = max(m, x)
+        cuda.syncthreads()
 {mtree}
     l = f32(0)
-    for j in range(tid, {SK}, {NT}):
+    for e in range(tid, {SK}, {NT}):
         p = f32(0)
-        if ss[j] != -math.inf:
-            p = math.exp(ss[j] - m)
-        ss[j] = p
+        if ss[e] != -math.inf:
+            p = math.exp(ss[e] - m)
+        ss[e] = p
         l += p
 {ltree}
     orow = {o_at}
+    k0 = 0
+{pv}
+"""
+# the output: C2 threads per dim, each every C2-th key, parts summed in shared memory
+_PV_PARTS = """\
+    d = tid % {DV}
+    c2 = tid // {DV}
+    y = f32(0)
+    if c2 < {C2}:
+        for j in range(c2, {SK}, {C2}):
+            vr = {v_at}
+            y += ss[j] * {v}[vr + d * {VD}]
+    red[tid] = y
+    cuda.syncthreads()
+    if tid < {DV}:
+        for u in range(1, {C2}):
+            y += red[tid + u * {DV}]
+        {o}[orow + d * {OD}] = y / l"""
+# the output when the dims outnumber the threads: each thread whole dims
+_PV_DIMS = """\
     for d in range(tid, {DV}, {NT}):
         y = f32(0)
         for j in range({SK}):
             vr = {v_at}
             y += ss[j] * {v}[vr + d * {VD}]
-        {o}[orow + d * {OD}] = y / l
-"""
-ROW_THREADS = 128  # the per-row kernel's block
+        {o}[orow + d * {OD}] = y / l"""
+ROW_THREADS = 512  # the per-row kernel's block
+ROW_CHUNKS = 4  # threads per key's dot product
 ROW_KEYS = 8192  # its scores in shared memory: 32 KiB
 
 
@@ -438,11 +467,13 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     params = ", ".join(kb.params)
     cpu = HEADER + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
     if per_row(sq, d, sk):
-        nt = ROW_THREADS
-        cuda_f["NT"] = nt
-        cuda_f["mask"] = _mask(node, names, lit_num, False, 8)
+        nt, ch = ROW_THREADS, min(ROW_CHUNKS, d)
+        c2 = max(1, nt // dv)
+        cuda_f.update(NT=nt, C=ch, KT=nt // ch, DC=-(-d // ch), C2=c2)
+        cuda_f["mask"] = _mask(node, names, lit_num, False, 12)
         cuda_f["mtree"] = _tree("m", "max({a}, {v})", nt)
         cuda_f["ltree"] = _tree("l", "{a} + {v}", nt)
+        cuda_f["pv"] = (_PV_PARTS if c2 > 1 else _PV_DIMS).format(**cuda_f)
         cuda = HEADER + "\n" + _CUDA_ROW.format(params=params, **cuda_f)
         grid = (sq, heads, bsz)
     else:

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import os
 import threading
@@ -66,12 +65,20 @@ class TensorSpec:
         return f"TensorSpec({self.name!r}, {self.shape}, {self.dtype})"
 
 
-def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions, progress=None, state=None):
+def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions, progress=None, like=None):
+    """``like``: a _Bound of the same model whose state (and, on cpu, packed weights where the
+    weights array is the same) the new runtime shares; the cpu one then skips its warm-up run
+    (the predict that asked for the plan runs it next, which loads its kernels)."""
     kwargs: dict[str, Any] = runtime.runtime_kwargs(target)
     if plan.state:  # the state buffer the model's plans share (None: the first makes it)
-        kwargs["state"] = state
+        kwargs["state"] = like.runtime.state if like is not None else None
     if target == "cpu":
         from .exec.cpu import CpuRuntime as cls
+
+        if like is not None:  # cuda's warm-up run comes before its graph capture: always
+            kwargs["warm_up"] = False
+            if like.plan.weights is plan.weights:
+                kwargs["packed"] = like.runtime._packed
     else:
         from .exec.cuda import CudaRuntime as cls
 
@@ -85,20 +92,19 @@ def _runtime(plan: ExecutionPlan, target: str, runtime: RuntimeOptions, progress
 
 @dataclass
 class _Bound:
-    """One plan bound to its runtime; ``digest`` (its weights') is taken once another may share."""
+    """One plan bound to its runtime."""
 
     plan: ExecutionPlan
     runtime: Any
     details: dict[str, Any] | None
     stats: dict[str, Any]
-    digest: str | None = None
 
 
-def _bind(plan, target, runtime, details, progress, state=None) -> _Bound:
+def _bind(plan, target, runtime, details, progress, like=None) -> _Bound:
     if progress is not None:
         progress("bind", 0, 1)  # the runtime reports ("bind", k, steps), then ("jit", k, steps)
     t0 = time.perf_counter()
-    rt = _runtime(plan, target, runtime, progress, state)
+    rt = _runtime(plan, target, runtime, progress, like)
     bind = time.perf_counter() - t0
     stats: dict[str, Any] = dict(plan.stats)
     stats["target"] = target
@@ -118,10 +124,15 @@ def _bind(plan, target, runtime, details, progress, state=None) -> _Bound:
     return _Bound(plan, rt, details, stats)
 
 
-def _weights_digest(b: _Bound) -> str:
-    if b.digest is None:
-        b.digest = hashlib.sha256(memoryview(np.ascontiguousarray(b.plan.weights))).hexdigest()
-    return b.digest
+def _same_bytes(a: np.ndarray, b: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Two uint8 weights arrays equal byte for byte: compared in pieces, which reads each once
+    and stops at the first difference (cheaper than hashing both)."""
+    if a.nbytes != b.nbytes:
+        return False
+    a, b = (np.ascontiguousarray(w).reshape(-1).view(np.uint8) for w in (a, b))
+    return all(
+        np.array_equal(a[i : i + chunk], b[i : i + chunk]) for i in range(0, a.nbytes, chunk)
+    )
 
 
 def _feed_key(names: list[str], x: Any) -> tuple | None:
@@ -293,12 +304,15 @@ class CompiledModel:
     def _share_weights(self, plan: ExecutionPlan) -> None:
         """Point ``plan.weights`` at a held plan's array when the bytes are identical, so every
         plan of the model (and, on cuda, its upload) uses one copy."""
-        mine = _Bound(plan, None, None, {})
+        if any(other.plan.weights is plan.weights for other in self._plans.values()):
+            return  # taken at build already (lower_numba.build_plan)
+        seen: set[int] = set()
         for other in self._plans.values():
-            same_size = other.plan.weights.nbytes == plan.weights.nbytes
-            if same_size and _weights_digest(other) == _weights_digest(mine):
-                plan.weights = other.plan.weights
-                return
+            if id(other.plan.weights) not in seen:
+                seen.add(id(other.plan.weights))
+                if _same_bytes(other.plan.weights, plan.weights):
+                    plan.weights = other.plan.weights
+                    return
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write the most recently used plan (one signature: ``stats["plans"][-1]``) to
@@ -362,9 +376,10 @@ def _loaded_shape_error(plan: ExecutionPlan, shapes: dict[str, tuple]) -> errors
 class _Source:
     """What ``predict`` compiles a new signature's plan from (specs: after ``input_shapes``)."""
 
-    proto: Any
+    proto: Any  # compile()'s own copy: the cache below is only valid for these bytes
     options: CompileOptions
     specs: list[Any]  # frontend.shapes.InputSpec
+    cache: Any = None  # ir.ConstCache: initializers and BatchNorm folds, read once per model
 
     @property
     def output_names(self) -> list[str]:
@@ -377,11 +392,14 @@ class _Source:
         state = {s.name: s.dims for s in self.specs if s.name in model.state.values()}
         signature = bind(self.specs, {**state, **{k: v for k, v in shapes.items() if k != _VALID}})
         opts = replace(self.options, input_shapes=signature)
-        plan, details = compile_to_plan(self.proto, opts, padding=model._padding)
+        plans = tuple(b.plan for b in model._plans.values())  # build_plan takes their weights
+        plan, details = compile_to_plan(
+            self.proto, opts, padding=model._padding, cache=self.cache, like=plans
+        )
         model._share_weights(plan)
-        held = next(iter(model._plans.values()), None)
-        state = held.runtime.state if held is not None and plan.state else None
-        bound = _bind(plan, model.target, model.runtime_options, details, None, state)
+        like = next((b for b in model._plans.values() if b.plan.weights is plan.weights), None)
+        like = like or next(iter(model._plans.values()), None)
+        bound = _bind(plan, model.target, model.runtime_options, details, None, like)
         bound.details = None  # its graph would hold one more copy of the weights per plan
         return bound
 
@@ -447,8 +465,13 @@ def compile(
     from .compiler import compile_to_plan
     from .frontend import load_model
     from .frontend.shapes import default_shapes, fix_shapes, free_symbols, input_specs
+    from .ir import ConstCache
 
     proto = load_model(model)
+    if proto is model:  # the caller's object: a later edit of it must not meet our cache
+        proto = type(model)()
+        proto.CopyFrom(model)
+    cache = ConstCache()
     specs = fix_shapes(input_specs(proto), options.input_shapes)
     for s in specs:  # a state is one buffer for every plan: its shape cannot vary
         if s.name in (options.state or {}).values() and not all(
@@ -467,7 +490,9 @@ def compile(
             shapes[name] = shapes[name][:axis] + (sizes[0],) + shapes[name][axis + 1 :]
     first = replace(options, input_shapes=shapes)
     try:
-        plan, details = compile_to_plan(proto, first, progress=progress, padding=padding)
+        plan, details = compile_to_plan(
+            proto, first, progress=progress, padding=padding, cache=cache
+        )
     except errors.DataDependentError as e:
         if e.top is None:
             raise
@@ -488,7 +513,7 @@ def compile(
         compiled._deferred, compiled.state = why, dict(options.state or {})
     compiled._max_plans = options.max_plans
     compiled._padding = padding
-    compiled._source = _Source(proto, options, specs)
+    compiled._source = _Source(proto, options, specs, cache)
     return compiled
 
 

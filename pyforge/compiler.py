@@ -36,12 +36,16 @@ def compile_to_plan(
     *,
     progress: Progress | None = None,
     padding: Any = None,
+    cache: Any = None,
+    like: tuple[ExecutionPlan, ...] = (),
     **fields: Any,
 ) -> tuple[ExecutionPlan, dict]:
     """The target-independent part of compile(): ONNX -> ExecutionPlan, plus pass details.
 
     ``options``: resolved CompileOptions (``CompileOptions(...).resolve(target)``); or the
-    fields as keywords, resolved with no target.
+    fields as keywords, resolved with no target. ``cache``: an ``ir.ConstCache`` that every
+    compile of this one proto shares (never mutate the proto while it is in use); ``like``:
+    that proto's plans, whose weights array the new plan takes where the bytes are the same.
 
     >>> plan, details = compile_to_plan("mlp.onnx", specialize=True, layout="nhwc")
     """
@@ -55,7 +59,7 @@ def compile_to_plan(
         proto = load_model(model)
         limit = o.memory_limit or default_memory_limit()
         check_declared_sizes(proto, limit, o.input_shapes)  # before constant folding allocates
-        graph = import_onnx(proto, o.input_shapes, padding)  # padding: frontend/buckets.py
+        graph = import_onnx(proto, o.input_shapes, padding, cache)  # padding: frontend/buckets.py
     names, bound, search = pass_names(o.layout, o.precision, o.fusion), {}, {}
     if o.optimizer == "egraph":  # before fusion: it rewrites MatMul + Add pairs
         names.insert(len(names) - 1, "egraph")
@@ -69,7 +73,7 @@ def compile_to_plan(
         mark_state(graph, o.state or {})
         prog = lower_graph(graph, o.specialize, o.conv, o.conv_tile)
     with _stage("plan", seconds, progress):
-        plan = build_plan(prog, float16=o.precision == "fp16", state=o.state)
+        plan = build_plan(prog, float16=o.precision == "fp16", state=o.state, like=like)
         lowering = {"specialize": o.specialize, "conv": o.conv, "conv_tile": o.conv_tile}
         plan.description = describe(graph, plan, lowering)  # what load regenerates it from
     if limit is not None and plan.arena_bytes + plan.weights.nbytes > limit:  # before bind

@@ -78,8 +78,38 @@ class FusedGroup:
         return [("anchor " if m is self.anchor else "") + repr(m) for m in self.members]
 
 
+class ConstCache:
+    """What one model's compiles share, whatever the input shapes: its initializers as read-only
+    arrays, and each fold over read-only constants (BatchNorm into a conv, say), keyed by the
+    identity of the arrays it reads. Only read-only arrays are keys, so a key's bytes cannot
+    change under it; the cache holds them, so their ids are never reused."""
+
+    def __init__(self) -> None:
+        self.initializers: dict[str, np.ndarray] = {}
+        self._folds: dict[tuple, tuple[tuple, Any]] = {}
+        self.folds_computed = 0  # misses; a new shape of a cached model adds none
+
+    def fold(self, compute: Any, params: tuple, arrays: tuple[np.ndarray, ...]) -> Any:
+        """``compute(*params, *arrays)``, a tuple of new arrays, made once: a later call with
+        the same function, hashable ``params`` and read-only arrays gets the same (read-only)
+        arrays back."""
+        if not all(isinstance(a, np.ndarray) and not a.flags.writeable for a in arrays):
+            return compute(*params, *arrays)  # a writeable array could change: no safe key
+        key = (compute, params, *map(id, arrays))
+        hit = self._folds.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
+            return hit[1]
+        out = compute(*params, *arrays)
+        for a in out:
+            a.flags.writeable = False
+        self._folds[key] = (arrays, out)
+        self.folds_computed += 1
+        return out
+
+
 class Graph:
-    """An ordered list of nodes over Values, with named inputs and outputs."""
+    """An ordered list of nodes over Values, with named inputs and outputs; ``cache`` is the
+    model's ConstCache when the importer was given one (else this graph's own)."""
 
     def __init__(self, name: str = "graph"):
         self.name = name
@@ -87,6 +117,7 @@ class Graph:
         self.outputs: list[Value] = []
         self.nodes: list[Node] = []
         self._counter = itertools.count()
+        self.cache = ConstCache()
 
     # -- construction --------------------------------------------------------------------------
     def fresh_name(self, hint: str) -> str:

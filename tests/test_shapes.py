@@ -219,3 +219,104 @@ def test_threads_bringing_new_signatures_each_get_their_plan():
         want = run_ort(proto, {"a": ab[0], "b": ab[1]})[0]
         np.testing.assert_allclose(y, want, rtol=RTOL, atol=ATOL)
     assert sorted(p["a"] for p in model.stats["plans"]) == [(1, 4), (2, 4), (3, 4)]
+
+
+def _conv_bn_model() -> onnx.ModelProto:
+    """x ('batch', 3, 8, 8) -> Conv (with bias) -> BatchNormalization -> Relu -> Conv (no bias)
+    -> BatchNormalization: two folds into a conv, seeded random weights and statistics."""
+    rng = np.random.default_rng(5)
+
+    def init(name, *shape, positive=False):
+        a = rng.standard_normal(shape).astype(np.float32)
+        return onnx.numpy_helper.from_array(np.abs(a) + 0.5 if positive else a, name)
+
+    inits = [init("w1", 4, 3, 3, 3), init("b1", 4), init("w2", 4, 4, 1, 1)]
+    for i in (1, 2):
+        inits += [
+            init(f"s{i}", 4),
+            init(f"o{i}", 4),
+            init(f"m{i}", 4),
+            init(f"v{i}", 4, positive=True),
+        ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s1", "o1", "m1", "v1"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+        helper.make_node("BatchNormalization", ["c2", "s2", "o2", "m2", "v2"], ["y"]),
+    ]
+    f32 = np.float32
+    return make_model(
+        nodes, [("x", f32, ["batch", 3, 8, 8])], [("y", f32, ["batch", 4, 8, 8])], inits
+    )
+
+
+def _images(batch: int) -> np.ndarray:
+    return np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
+
+
+def test_a_new_shape_reuses_the_models_initializers_and_folds(monkeypatch):
+    import pyforge.exec.cpu.runtime as cpu_runtime
+    from pyforge.frontend import importer
+
+    reads, warm_ups = [], []
+    real_read, real_warm = importer.tensor_array, cpu_runtime._CpuContext.warm_up
+    monkeypatch.setattr(
+        importer, "tensor_array", lambda t, *a: reads.append(t.name) or real_read(t, *a)
+    )
+    monkeypatch.setattr(
+        cpu_runtime._CpuContext, "warm_up", lambda self, p: warm_ups.append(1) or real_warm(self, p)
+    )
+    proto = _conv_bn_model()
+    model = pyforge.compile(proto, target="cpu")
+    cache = model._source.cache
+    assert len(reads) == len(proto.graph.initializer) and cache.folds_computed == 4
+    assert len(warm_ups) == 1
+    weights = model.plan.weights
+    ys = {}
+    for batch in (3, 2):
+        ys[batch] = model.predict(_images(batch))
+        assert model.stats["plans"][-1] == {"x": (batch, 3, 8, 8)}
+        # nothing per model done again: no initializer read, no BatchNorm refolded, no
+        # warm-up run (the predict's own run is the first), the weights array shared
+        assert len(reads) == len(proto.graph.initializer) and cache.folds_computed == 4
+        assert len(warm_ups) == 1 and model.plan.weights is weights
+    for batch, y in ys.items():
+        x = _images(batch)
+        fresh = pyforge.compile(proto, target="cpu", input_shapes={"x": x.shape})
+        np.testing.assert_array_equal(y, fresh.predict(x))  # the same plan, bit for bit
+        np.testing.assert_allclose(y, run_ort(proto, {"x": x})[0], rtol=RTOL, atol=ATOL)
+        assert np.array_equal(fresh.plan.weights, weights)
+
+
+def test_editing_the_proto_after_compile_does_not_reach_its_plans():
+    proto = _conv_bn_model()
+    want = run_ort(proto, {"x": _images(3)})[0]
+    model = pyforge.compile(proto, target="cpu")
+    scale = next(t for t in proto.graph.initializer if t.name == "s1")
+    scale.CopyFrom(onnx.numpy_helper.from_array(np.full(4, 9.0, np.float32), "s1"))
+    np.testing.assert_allclose(model.predict(_images(3)), want, rtol=RTOL, atol=ATOL)
+
+
+def test_const_cache_folds_read_only_arrays_once_and_by_identity():
+    from pyforge.ir import ConstCache
+
+    calls = []
+
+    def twice(k, a):
+        calls.append(1)
+        return (a * k,)
+
+    cache, a = ConstCache(), np.arange(4.0)
+    cache.fold(twice, (2,), (a,))
+    cache.fold(twice, (2,), (a,))
+    assert len(calls) == 2  # a writeable array is no key: its bytes may change
+    a.flags.writeable = False
+    (out,) = cache.fold(twice, (2,), (a,))
+    assert cache.fold(twice, (2,), (a,))[0] is out and len(calls) == 3
+    assert not out.flags.writeable  # a later fold may key on it
+    cache.fold(twice, (3,), (a,))  # another parameter
+    b = a.copy()
+    b.flags.writeable = False
+    cache.fold(twice, (2,), (b,))  # equal bytes, another array: computed again
+    assert len(calls) == 5 and cache.folds_computed == 3

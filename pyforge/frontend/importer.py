@@ -15,7 +15,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import DataDependentError, ModelLoadError, ShapeError, UnsupportedOperatorError
-from ..ir import Graph, Node, Value
+from ..ir import ConstCache, Graph, Node, Value
 from ..ops import OPS, infer_node
 from .buckets import VALID, Padding
 from .checks import check_model, tensor_array
@@ -148,6 +148,16 @@ def _constant_value(node: onnx.NodeProto, attrs: dict) -> np.ndarray:
     raise UnsupportedOperatorError("Constant", node.name, None, f"attributes {sorted(attrs)}")
 
 
+def _initializer(init: onnx.TensorProto, cache: ConstCache | None) -> np.ndarray:
+    if cache is None:
+        return tensor_array(init)
+    arr = cache.initializers.get(init.name)
+    if arr is None or arr.shape != tuple(init.dims):
+        arr = cache.initializers[init.name] = tensor_array(init)
+        arr.flags.writeable = False  # shared by every plan's import: folds key on it
+    return arr
+
+
 def _const_or_placeholder(v: Value) -> np.ndarray:
     return v.const if v.const is not None else np.empty(v.shape, v.dtype)
 
@@ -156,17 +166,21 @@ def import_onnx(
     model: str | os.PathLike | onnx.ModelProto | bytes,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     padding: Padding | None = None,
+    cache: ConstCache | None = None,
 ) -> Graph:
     """Import an ONNX model into a verified IR graph with static shapes everywhere: each graph
     input takes its ``input_shapes`` entry, else the file's dims with every symbolic dim as 1
     (``frontend/shapes.py``). ``padding``: mask the padded positions of a length bucket
-    (``frontend/buckets.py``)."""
+    (``frontend/buckets.py``). ``cache``: the model's ConstCache, shared by every import of
+    this same, unchanged proto (its initializers are read once, read-only)."""
     proto = load_model(model)
     opset, nodes = check_model(proto)  # refuses a malformed graph; nodes producers first
     g = proto.graph
     imp = _Importer(proto, opset)
+    if cache is not None:
+        imp.graph.cache = cache
     for init in g.initializer:
-        arr = tensor_array(init)
+        arr = _initializer(init, cache)
         imp.values[init.name] = _const(init.name, arr, "(initializer)", init.name, opset)
     for inp in g.input:
         if inp.name in imp.values:

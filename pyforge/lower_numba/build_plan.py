@@ -3,6 +3,8 @@ typed steps the runtimes read), every kernel source stored in ``plan.kernels``."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..errors import UnsupportedOperatorError
@@ -103,15 +105,20 @@ def refuse_float16(prog: Program, steps: list[Step]) -> None:
 
 
 def build_plan(
-    prog: Program, float16: bool = False, state: dict[str, str] | None = None
+    prog: Program,
+    float16: bool = False,
+    state: dict[str, str] | None = None,
+    like: Sequence[ExecutionPlan] = (),
 ) -> ExecutionPlan:
     """Assign weights and arena offsets (liveness-planned) and type the steps; ``float16``
     allows float16 tensors in kernels (precision="fp16" on cuda), else they are refused.
-    ``state`` {output: input}: each pair one slot of the "state" region, outside the arena."""
+    ``state`` {output: input}: each pair one slot of the "state" region, outside the arena.
+    ``like``: plans (of the same model) whose weights array this one takes, not a copy, when
+    its constants are the same bytes at the same offsets."""
     steps, kernels = typed_steps(prog)
     if not float16:
         refuse_float16(prog, steps)
-    slots, weights = _weight_slots(prog)
+    slots, weights, sources = _weight_slots(prog, like)
     # a conv whose windows the cpu's own sgemm reads in place needs no column matrix there: it
     # is not planned into the arena, and a runtime that needs it after all makes it at bind
     scratch = {
@@ -143,11 +150,12 @@ def build_plan(
         kernels,
         [n for n in prog.inputs if n not in (state or {}).values()],  # state is never fed
         list(prog.outputs),
-        np.frombuffer(bytes(weights), np.uint8).copy(),
+        weights,
         state=dict(state or {}),
         state_bytes=state_bytes,
     )
     plan.buffers = [(b.key, b.size, b.start, b.end, mem.offsets[b.key]) for b in buffers]
+    plan.weight_sources = sources  # not saved: what a later plan's build compares against
     plan.stats.update(
         steps=len(steps),
         kernels=len(kernel_steps(steps)),  # GEMM fallbacks not counted: cuBLASLt is the rule
@@ -163,17 +171,48 @@ def build_plan(
     return plan
 
 
-def _weight_slots(prog: Program) -> tuple[dict[str, Slot], bytearray]:
-    """Every constant laid out, ALIGN-aligned, in one weights buffer."""
+def _weight_slots(
+    prog: Program, like: Sequence[ExecutionPlan] = ()
+) -> tuple[dict[str, Slot], np.ndarray, dict[str, np.ndarray]]:
+    """Every constant laid out, ALIGN-aligned, in one weights buffer (each copied in once, or
+    a plan of ``like``'s buffer when it holds the same bytes there); and the read-only
+    constants among them, which a later build may take as equal by identity alone."""
     slots: dict[str, Slot] = {}
-    weights = bytearray()
+    end = 0
     for name, info in prog.tensors.items():
         if info.const is not None and info.alias is None:
-            off = -(-len(weights) // ALIGN) * ALIGN
-            weights.extend(b"\0" * (off - len(weights)))
-            weights.extend(np.ascontiguousarray(info.const, info.dtype).tobytes())
+            off = -(-end // ALIGN) * ALIGN
             slots[name] = Slot("weights", off, tuple(info.shape), info.dtype.str)
-    return slots, weights
+            end = off + slots[name].nbytes
+    consts = {name: prog.tensors[name].const for name in slots}
+    sources = {n: a for n, a in consts.items() if not a.flags.writeable}
+    for other in like:
+        if _holds(other, slots, consts, end):
+            return slots, other.weights, other.weight_sources
+    weights = np.zeros(end, np.uint8)
+    for name, s in slots.items():
+        weights[s.offset : s.offset + s.nbytes].view(s.dtype)[:] = np.ravel(consts[name])
+    return slots, weights, sources
+
+
+def _holds(
+    plan: ExecutionPlan, slots: dict[str, Slot], consts: dict[str, np.ndarray], end: int
+) -> bool:
+    """Whether ``plan``'s weights array holds each constant at its slot: the same read-only
+    array it was built from, or equal values."""
+    known = getattr(plan, "weight_sources", None)
+    if known is None or plan.weights.nbytes != end:
+        return False
+    for name, s in slots.items():
+        if plan.slots.get(name) != s:
+            return False
+        a = consts[name]
+        if known.get(name) is a:
+            continue  # read-only, so unchanged since that plan copied it
+        there = plan.weights[s.offset : s.offset + s.nbytes].view(s.dtype).reshape(s.shape)
+        if not np.array_equal(there, np.asarray(a, s.dtype)):
+            return False
+    return True
 
 
 def _live_ranges(

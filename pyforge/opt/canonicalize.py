@@ -8,8 +8,8 @@ from ..ir import Graph, Node, Value
 from .passes import register_pass
 
 
-def _single_consumer(graph: Graph, v: Value) -> bool:
-    users = graph.consumers().get(id(v), [])
+def _single_consumer(graph: Graph, v: Value, users: dict[int, list[Node]] | None = None) -> bool:
+    users = (graph.consumers() if users is None else users).get(id(v), [])
     return len(users) == 1 and all(o is not v for o in graph.outputs)
 
 
@@ -18,6 +18,7 @@ def bn_fold(graph: Graph) -> Graph:
     """Fold inference BatchNormalization into the preceding Conv; otherwise make it Mul + Add.
     One with a run-time scale, bias, mean or var stays (lower_numba/templates/norm.py)."""
     kept: list[Node] = []
+    users = graph.consumers()  # kept up to date below: one walk of the graph, not one per BN
     for node in graph.nodes:
         if node.op != "BatchNormalization":
             kept.append(node)
@@ -26,22 +27,22 @@ def bn_fold(graph: Graph) -> Graph:
         if any(v.const is None for v in (scale, bias, mean, var)):
             kept.append(node)  # statistics known only at run time: its own element template
             continue
-        k = (scale.const / np.sqrt(var.const + node.attrs["epsilon"])).astype(x.dtype)
-        shift = (bias.const - mean.const * k).astype(x.dtype)
+        stats = (scale.const, bias.const, mean.const, var.const)
+        dtype = np.dtype(x.dtype)
+        k, shift = graph.cache.fold(_bn_scale_shift, (node.attrs["epsilon"], dtype), stats)
         conv = x.producer
         if (
             conv is not None
             and conv.op == "Conv"
             and conv.inputs[1].const is not None
             and (len(conv.inputs) < 3 or conv.inputs[2] is None or conv.inputs[2].const is not None)
-            and _single_consumer(graph, x)
+            and _single_consumer(graph, x, users)
         ):
-            w = conv.inputs[1].const
-            b = conv.inputs[2].const if len(conv.inputs) > 2 and conv.inputs[2] is not None else 0
-            new_w = (w * k.reshape(-1, *[1] * (w.ndim - 1))).astype(w.dtype)
-            new_b = (b * k + shift).astype(x.dtype)
+            wb = [v.const for v in conv.inputs[1:] if v is not None]  # weight, maybe a bias
+            new_w, new_b = graph.cache.fold(_bn_into_conv, (dtype,), (k, shift, *wb))
             conv.inputs = [conv.inputs[0], graph.constant(new_w, "w"), graph.constant(new_b, "b")]
             graph.replace_uses(node.outputs[0], x)
+            users[id(x)] = users.pop(id(node.outputs[0]), [])  # x's one reader was this BN
             x.name, node.outputs[0].name = node.outputs[0].name, x.name  # keep the user's name
             continue
         shape = (1, -1) + (1,) * (len(x.shape) - 2)
@@ -54,6 +55,16 @@ def bn_fold(graph: Graph) -> Graph:
         kept += [mul, add]
     graph.nodes = kept
     return graph
+
+
+def _bn_scale_shift(eps: float, dtype: np.dtype, scale, bias, mean, var) -> tuple:
+    k = (scale / np.sqrt(var + eps)).astype(dtype)
+    return k, (bias - mean * k).astype(dtype)
+
+
+def _bn_into_conv(dtype: np.dtype, k, shift, w, b=0) -> tuple:
+    new_w = (w * k.reshape(-1, *[1] * (w.ndim - 1))).astype(w.dtype)
+    return new_w, (b * k + shift).astype(dtype)
 
 
 @register_pass("split_bias")

@@ -117,7 +117,11 @@ def _prepack(
     size = pk.packed_size(m, k, sg.MR)
     if not constant:
         return np.empty(size, np.float32), 0, size, False
-    key = (step.a, step.alpha, m, k, step.lda, step.trans_a, batch, step.stride_a)
+    # by address: the runtimes of plans sharing one weights array share ``packed``; one
+    # weight read by every batch entry (a conv over n images) packs alike for any n
+    where = a.__array_interface__["data"][0]
+    per_entry = batch if step.stride_a else 0
+    key = (where, a.size, step.alpha, m, k, step.lda, step.trans_a, per_entry, step.stride_a)
     if key not in packed:
         packed[key] = _pack_weight(step, a, size)
     return packed[key]
@@ -148,7 +152,7 @@ def bind_own_step(
     # a strided 1x1 conv keeps its im2col (a plain subsample): its windows would not overlap,
     # and its tiles would straddle output rows
     if conv is not None and conv.reads_windows():
-        shift = pk.shifted_conv(list(conv.geometry))
+        shift = _shifted(conv.geometry, shared.setdefault("packed", {}))
     g, d, lp, operands = _operands(step, views, constants, shared, shift)
     names: list[str] = []
     values: list[object] = []
@@ -199,6 +203,15 @@ def bind_own_step(
     call = lambda: driver(*args)
     call.source_path = path  # what explain shows for the step
     return call
+
+
+def _shifted(geometry: tuple[int, ...], packed: dict) -> dict:
+    """pack.shifted_conv's windows, made once per runtime (and the plans sharing ``packed``):
+    they depend on what it reads, the geometry less its batch and input size."""
+    key = ("shifted", *geometry[1:2], *geometry[4:])
+    if key not in packed:
+        packed[key] = pk.shifted_conv(list(geometry))
+    return packed[key]
 
 
 def _operands(

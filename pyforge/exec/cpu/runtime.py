@@ -47,12 +47,18 @@ class CpuRuntime:
         max_concurrency: int = 2,
         progress: Callable[[str, int, int], None] | None = None,
         state: np.ndarray | None = None,
+        warm_up: bool = True,
+        packed: dict | None = None,
     ):
         """``state``: the buffer of the plan's state slots (a model's plans share one; default a
         new zeroed one); a plan with state runs one call at a time. ``fused_steps=False`` runs every GEMM step as prologue, numpy matmul, epilogue;
         ``own_gemm=False`` keeps float32 GEMMs off pyforge's own sgemm (CBLAS drivers instead).
         ``progress(stage, done, total)`` is called as each step is bound ("bind") and as each
-        runs once so that Numba compiles its kernels ("jit")."""
+        runs once so that Numba compiles its kernels ("jit"). ``warm_up=False`` skips that run:
+        for a plan whose first run comes right away (a new shape's, made by ``predict``), which
+        compiles whatever kernel is new at no extra cost. ``packed``: own sgemm's
+        packed weights of another runtime whose plan has this plan's weights array (the same
+        object), shared rather than packed again."""
         if precision != "fp32":
             raise ValueError(f"precision={precision!r}: the cpu target computes in fp32 only")
         halves = [n for n in _step_tensors(plan) if np.dtype(plan.slots[n].dtype) == np.float16]
@@ -64,7 +70,8 @@ class CpuRuntime:
         self.plan = plan
         self.kernel_paths: dict[str, str] = {}
         self._options = {"own_gemm": own_gemm, "fused_steps": fused_steps}
-        self._packed: dict = {}  # own sgemm's packed weights, one copy for every context
+        # own sgemm's packed weights, one copy for every context (and plan: see ``packed``)
+        self._packed: dict = {} if packed is None else packed
         self.state = np.zeros(max(plan.state_bytes, 1), np.uint8) if state is None else state
         max_concurrency = 1 if plan.state else max_concurrency
         first = _CpuContext(self, progress)
@@ -72,7 +79,7 @@ class CpuRuntime:
         self.launches = first.launches
         self.gemm_impls, self.driver_paths = first.gemm_impls, first.driver_paths
         self.scratch_bytes = first.scratch_bytes
-        self.jit_seconds = first.warm_up(progress)
+        self.jit_seconds = first.warm_up(progress) if warm_up else 0.0
         if max_concurrency > 1 and _workqueue_only():
             max_concurrency = 1  # that threading layer aborts on parallel regions run at once
         self.pool = ContextPool(lambda: _CpuContext(self), max_concurrency, first)

@@ -71,6 +71,29 @@ def test_gemm_transposes_alpha_beta_and_c(trans_a, trans_b):
     assert compiled.stats["launches"] == 1
 
 
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_one_row_gemm_split_over_threads(trans_a, trans_b):
+    # a decode step's GEMV (m 1, n * k >= GEMV_SPLIT_MIN): each thread takes a slice of the
+    # output columns (n odd: the parts are unequal)
+    rng = np.random.default_rng(10 + trans_a * 2 + trans_b)
+    k, n = 512, 8193  # n * k >= GEMV_SPLIT_MIN
+    a_shape = [k, 1] if trans_a else [1, k]
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=trans_a, transB=trans_b)
+    model = make_model(
+        [node],
+        [("a", np.float32, a_shape)],
+        [("y", np.float32, [1, n])],
+        [
+            numpy_helper.from_array(b, "b"),
+            numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "c"),
+        ],
+    )
+    x = {"a": rng.standard_normal(a_shape).astype(np.float32)}
+    compiled, _ = check_against_ort(model, x, atol=1e-4)  # sums of 512 products ~ 20
+    assert "gemv" in compiled.runtime.gemm_impls[0]
+
+
 def test_batched_matmul_with_broadcast_a():
     rng = np.random.default_rng(4)
     node = helper.make_node("MatMul", ["a", "b"], ["y"])

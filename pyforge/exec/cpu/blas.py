@@ -24,6 +24,9 @@ from ..steps import GemmStep
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_MIN = 1 << 18  # multiply-adds below which one thread runs the whole GEMM
+# the same for a one-row GEMM (GEMV): Gemma 3's 262k x 640 tied logits (A/B in BENCHMARKS.md,
+# decode on the cpu); a decode layer's 0.6-1.3M GEMVs gained nothing sure on a loaded host
+GEMV_SPLIT_MIN = 1 << 22
 
 # (symbol, integer type): numpy's wheels bundle an ILP64 OpenBLAS with prefixed names; other
 # builds (distro, conda) export the plain CBLAS names with 32-bit integers
@@ -140,13 +143,22 @@ _SPLIT_GEMM = """\
             threads(before)
 """
 
-# one row (m == 1): D = op(B)^T applied to A's row, as GEMV (GEMM would pack all of B per call)
+# one row (m == 1): D = op(B)^T applied to A's row, as GEMV (GEMM would pack all of B per call);
+# a large one split by output columns over Numba's threads, one single-threaded GEMV each (a
+# decode step's weights are read by every core, not one)
 _GEMV = """\
-    before = threads(1)
-    for bi in range(g[6]):
-        gemm({row_major}, {op}, {rows}, {cols}, alpha, b.ctypes.data + bi * g[8] * isz, g[4],
-             a.ctypes.data + bi * g[7] * isz, {incx}, beta, d.ctypes.data + bi * g[9] * isz, 1)
-    threads(before)
+    step = (g[1] + parts - 1) // parts
+    for part in prange(parts):
+        lo = part * step
+        hi = min(g[1], lo + step)
+        if hi > lo:
+            before = threads(1)
+            for bi in range(g[6]):
+                b0 = b.ctypes.data + (bi * g[8] + lo * {bstep}) * isz
+                d0 = d.ctypes.data + (bi * g[9] + lo) * isz
+                gemm({row_major}, {op}, {rows}, {cols}, alpha, b0, g[4],
+                     a.ctypes.data + bi * g[7] * isz, {incx}, beta, d0, 1)
+            threads(before)
 """
 
 _RESIDUAL = """\
@@ -212,11 +224,19 @@ def bind_blas_step(
     threads = threads or _keep_threads.ctypes
     product = _SPLIT_GEMM.format(row_major=ROW_MAJOR, no_trans=NO_TRANS)
     if step.m == 1 and gemv is not None:
-        gemm, parts = gemv, 1
-        # B row-major [k, n] (transposed [n, k]): y[n] = B^T x (B x); x = A's row
-        op, rows, cols = (NO_TRANS, "g[1]", "g[2]") if step.trans_b else (TRANS, "g[2]", "g[1]")
+        gemm = gemv
+        parts = numba.get_num_threads() if step.n * step.k >= GEMV_SPLIT_MIN else 1
+        # B row-major [k, n] (transposed [n, k]): y[n] = B^T x (B x); x = A's row; a part takes
+        # output columns lo..hi: B's rows lo..hi (transposed) or its columns lo..hi
+        op, rows, cols, bstep = (
+            (NO_TRANS, "hi - lo", "g[2]", "g[4]")
+            if step.trans_b
+            else (TRANS, "g[2]", "hi - lo", "1")
+        )
         incx = "g[3]" if step.trans_a else "1"
-        product = _GEMV.format(row_major=ROW_MAJOR, op=op, rows=rows, cols=cols, incx=incx)
+        product = _GEMV.format(
+            row_major=ROW_MAJOR, op=op, rows=rows, cols=cols, incx=incx, bstep=bstep
+        )
     source = _DRIVER.format(
         product=product,
         parallel=parts > 1,

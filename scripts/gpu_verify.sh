@@ -54,6 +54,11 @@ s9b)  # the ninth session's second call: decode with the per-row attention kerne
   step 120 python3 scripts/profile_decode.py --ctx 256 --new 24 --top 12 2>&1 | grep -v -i warn | tee "$OUT/profile_decode.txt" | grep -A14 -E "^--- device|cache, cuda" | tail -34
   step 100 python3 scripts/new_shape_time.py --target cuda 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt" | tail -6
   ;;
+s9c)  # the ninth session's last call: decode and a 1024-token prefill with the 512-thread per-row kernel, more corpus rows on cuda
+  step 200 python3 benchmarks/generate_gpu.py --caches static --skip compile --new 32 --rounds 2 --budget 180 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -8
+  step 90 python3 scripts/profile_decode.py --ctx 256 --new 24 --top 8 2>&1 | grep -v -i warn | tee "$OUT/profile_decode.txt" | grep -A9 -E "^--- device|cache, cuda" | tail -24
+  step 200 python3 benchmarks/corpus.py --target cuda --isolate --timeout 60 --runs 3 --models block,bert_base,llama_tiny,qwen2_tiny,mobilenet_v3_small,regnet_y_400mf,shufflenet_v2_x1_0 --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -14
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -30,6 +30,7 @@ OPENBLAS = "@openblas"  # in a step's label (its group's name): opt/egraph chose
 _DRIVER = """\
 # own sgemm {fingerprint}
 import sys
+import numba
 import numpy as np
 from numba import njit
 from pyforge.exec.cpu.pack import pad_image
@@ -39,6 +40,9 @@ from pyforge.exec.cpu.sgemm import sgemm
 @njit(nogil=True, cache=True)
 def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x, cin, beta,
            {params}):
+    was = numba.get_num_threads()
+    if parts == 1:  # (see SERIAL_WORK) the regions of sgemm, its prologue and epilogue too
+        numba.set_num_threads(1)
 {prologue}    for bi in range(d[0]):
         g[{L_BASE}] = bi * d[1]
         g[{C_BASE}] = bi * d[2]
@@ -51,7 +55,8 @@ def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x,
             g[{R_BASE}] = bi * d[13]
         sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw,
               qbuf)
-{residual}{epilogue}"""
+{residual}{epilogue}    numba.set_num_threads(was)
+"""
 
 # D += beta * C (a Gemm's C input); d[14:19] = m, n, ldd, ldc, stride_c
 _RESIDUAL = """\
@@ -71,6 +76,18 @@ def _fingerprint() -> str:
     for module in (sg, pk, tiles, cv):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
+
+
+# A GEMM of at most this many multiply-adds (up to ~0.1 ms on one core) runs on the calling thread
+# alone: a parallel region's start and end cost a few us on a quiet machine, but a wake-up of a
+# thread that another process keeps off its core costs 0.2-2 ms on a loaded one
+SERIAL_WORK = 1 << 21
+
+
+def threads_for(step: GemmStep) -> int:
+    """The threads a GEMM step runs on: one for a small one, else Numba's (starting its pool)."""
+    parts = numba.get_num_threads()  # also starts Numba's thread pool (see blas)
+    return 1 if step.batch * step.m * step.n * step.k <= SERIAL_WORK else parts
 
 
 def takes(m: int, n: int, k: int) -> bool:
@@ -189,7 +206,7 @@ def bind_own_step(
         **{f: getattr(sg, f) for f in ("L_BASE", "C_BASE", "RES_BASE", "R_BASE")},
     )
     driver, path = load_kernel(source, "cpu")
-    parts = numba.get_num_threads()  # also starts Numba's thread pool (see blas)
+    parts = threads_for(step)
     key = ("work", parts)
     if key not in shared:
         shared[key] = np.empty(sg.work_size(parts), np.float32)

@@ -311,7 +311,8 @@ def main(argv=None) -> int:
     weights = None
     for w in workers:
         about["HF" if "--hf-worker" in w.proc.args else "llama.cpp"] = w.ready
-    about["llama.cpp"] += " (node-llama-cpp 3.21.1)" if "llama.cpp" in about else ""
+    if "llama.cpp" in about:
+        about["llama.cpp"] += " (node-llama-cpp 3.21.1)"
     ids = {n: prompt(n, config.vocab) for n in lengths}
     for name, fn in peers.items():  # untimed: plans compiled, caches sized, weights paged in
         for n in lengths:  # a plan per decode bucket: pyforge and torch.compile run them all

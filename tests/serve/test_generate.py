@@ -31,7 +31,12 @@ def served(tmp_path_factory):
     try:
         start_generator(str(path), host="127.0.0.1", port=port, num_cpus=8, target="cpu",
                         cpus_per_replica=0.5, max_context=256)  # fmt: skip
-        yield {"url": f"http://127.0.0.1:{port}/generate", "path": path}
+        ingress = free_port()  # the same decoder, its replica serving HTTP itself (no proxy)
+        start_generator(str(path), host="127.0.0.1", port=ingress, name="gen-direct",
+                        route_prefix="/direct", target="cpu", cpus_per_replica=0.5,
+                        max_context=256, direct=True)  # fmt: skip
+        yield {"url": f"http://127.0.0.1:{port}/generate", "path": path,
+               "ingress": f"http://127.0.0.1:{ingress}/generate"}  # fmt: skip
     finally:
         deployment.stop()
 
@@ -71,6 +76,16 @@ def test_streams_the_tokens_of_a_direct_generate(served, direct, case):
     assert last["stop_reason"] == want.stop_reason and last["prompt_tokens"] == want.prompt_tokens
     assert last["prefill_ms"] > 0 and last["total_ms"] >= last["queue_ms"] >= 0
     assert last["decode_ms_per_token"] > 0
+
+
+def test_direct_ingress_streams_the_same_tokens(served, direct):
+    case = CASES[1]
+    kind, lines = stream(served["ingress"], case)
+    direct.reset()
+    opts = {k: v for k, v in case.items() if k not in ("prompt", "max_new_tokens")}
+    want = direct.generate(case["prompt"], case["max_new_tokens"], **opts)
+    assert kind.startswith("application/x-ndjson")
+    assert [t["token"] for t in lines[:-1]] == want.tokens and lines[-1]["tokens"] == want.tokens
 
 
 def test_concurrent_requests_each_get_their_own_answer(served, direct):

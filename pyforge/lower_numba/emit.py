@@ -106,7 +106,7 @@ from numba import cuda
 
 @cuda.jit(cache=True)
 def kernel(n, {params}):
-    rows = n // max({inner}, 1)
+{pre}    rows = n // max({inner}, 1)
     j0 = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     o = cuda.blockIdx.y
     while o < rows:
@@ -125,7 +125,7 @@ from numba import cuda
 
 @cuda.jit(cache=True)
 def kernel(n, {params}):
-    i = cuda.grid(1)
+{pre}    i = cuda.grid(1)
     step = cuda.gridsize(1)
     while i < n:
 {body}
@@ -171,7 +171,9 @@ def broadcast_strides(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> 
     """Element strides of an input read at output coordinates (0 on broadcast axes)."""
     pad = (1,) * (len(out_shape) - len(in_shape)) + tuple(in_shape)
     strides = contiguous_strides(pad)
-    return [0 if (d == 1 and o != 1) else s for d, o, s in zip(pad, out_shape, strides)]
+    # a size-1 axis adds nothing whatever the output's size (its coordinate is 0 where that is
+    # 1 too), so a source does not change with whether a batch axis is 1
+    return [0 if d == 1 else s for d, s in zip(pad, strides)]
 
 
 @dataclass
@@ -210,6 +212,7 @@ class KernelBuilder:
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
     checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
     setup: list[str] = field(default_factory=list)  # cpu lines run once per thread (scratch)
+    hoisted: list[str] = field(default_factory=list)  # both targets: lines run before the loop
     error_word: bool = False  # cuda: the kernel takes an int32 error word ("e" argument)
     row_block: bool = False  # rows split where the caller asked: on cuda one block per row
 
@@ -264,6 +267,16 @@ class KernelBuilder:
         self.params.append(p)
         self.args.append(("i", int(value)))
         return p
+
+    def scalar(self, name: str) -> str:
+        """A variable holding tensor ``name``'s one element, read once before the loop: a
+        trained scale as a run-time value rather than a literal in the source, so the layers
+        of one structure share one compiled kernel."""
+        var = f"{self.tensor(name)}s"
+        line = f"{var} = {self.tensor(name)}[0]"
+        if line not in self.hoisted:
+            self.hoisted.append(line)
+        return var
 
     def emit(self, line: str, indent: int = 0, cuda: str | None = None) -> None:
         """Add a body line; ``cuda`` gives a different form of it for the cuda kernel."""
@@ -410,11 +423,12 @@ class KernelBuilder:
         # a serial one: small kernels, the bulk of ONNX's node tests, are compiled serial
         parallel = n >= PARALLEL_MIN if parallel is None else parallel
         params = ", ".join(self.params)
-        pre = "".join(f"    {line}\n" for line in self.checks)
+        hoisted = "".join(f"    {line}\n" for line in self.hoisted)
+        pre = hoisted + "".join(f"    {line}\n" for line in self.checks)
         ind = " " * (16 if parallel else 8)  # the tiled loop nests the body 2 levels deeper
         if self.inner is None:
             var, count, it = "i", "n", self._cpu_body(ind)
-            cuda = _CUDA.format(params=params, body=self._body(1, "        "))
+            cuda = _CUDA.format(params=params, body=self._body(1, "        "), pre=hoisted)
         else:
             var, count, loops, j = "o", "rows", "", "0"
             pre += f"    rows = n // max({self.inner}, 1)\n"
@@ -426,7 +440,11 @@ class KernelBuilder:
             it = self._lines(self.outer_lines, 0, ind) + "\n" + loops + self._cpu_body(pad)
             outer = self._lines(self.outer_lines, 1, "        ")
             cuda = _CUDA_ROWS.format(
-                params=params, body=self._body(1, "            "), inner=self.inner, outer=outer
+                params=params,
+                body=self._body(1, "            "),
+                inner=self.inner,
+                outer=outer,
+                pre=hoisted,
             )
         loop = f"    for {var} in prange({count}):\n{it}"
         if parallel:

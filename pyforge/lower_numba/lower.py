@@ -36,7 +36,10 @@ class _Elementwise:
         if id(v) in self.env:
             return self.env[id(v)]
         if v.const is not None and v.size == 1:
-            return lit(v.const.reshape(()).item(), type_name(v.dtype))
+            value = v.const.reshape(()).item()
+            if SPECIALIZE.on or not _layer_specific(v.dtype, value):
+                return lit(value, type_name(v.dtype))
+            return self.kb.scalar(self.prog.add(v))
         p = self.kb.tensor(self.prog.add(v))
         if v.size == 1:
             at = f"{p}[0]"
@@ -58,6 +61,17 @@ class _Elementwise:
     def store(self, outputs: list[Value]) -> None:
         for o in outputs:
             self.kb.emit(f"{self.kb.tensor(self.prog.add(o))}[i] = {self.env[id(o)]}")
+
+
+def _layer_specific(dtype: np.dtype, value: float) -> bool:
+    """Whether a scalar constant is likely one layer's own (a trained scale or shift) rather
+    than one of the small round numbers ops are written with (3 and 6 of HardSwish, 2 of a
+    square, 0.5): those stay literals, which LLVM can fold (x ** 2 into x * x)."""
+    if np.dtype(dtype) not in (np.float32, np.float64) or not np.isfinite(value):
+        return False
+    if value == int(value) and abs(value) <= 1024:
+        return False
+    return not (value != 0 and np.log2(abs(value)) == int(np.log2(abs(value))))
 
 
 def _implicit_conv_step(

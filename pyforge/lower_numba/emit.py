@@ -136,7 +136,10 @@ def kernel(n, {params}):
 ROW_MIN = 256  # shortest inner run worth a row of threads
 ROW_THREADS = 256  # cuda: one block per row of a row-statistics kernel (a power of 2)
 ROW_UNROLL = 8  # cpu: partial folds of a row statistic in flight (a power of 2)
-PARALLEL_MIN = 1 << 15  # fewest loop iterations worth cpu threads
+# fewest loop iterations worth cpu threads: ~0.1 ms of a simple elementwise body on one core,
+# against a parallel region's few us on a quiet machine and 0.2-2 ms to wake a thread that
+# another process keeps off its core on a loaded one
+PARALLEL_MIN = 1 << 17
 
 
 class _Specialize:

@@ -57,8 +57,8 @@ def _model() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "tiled",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 37, 29, 61])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 37, 29, 61])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 37, 29, 61])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 37, 29, 61])],
         [b],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -67,7 +67,7 @@ def _model() -> onnx.ModelProto:
 def test_tiled_kernels_equal_serial(monkeypatch):
     ort = pytest.importorskip("onnxruntime")
     model = _model()
-    x = np.random.default_rng(6).standard_normal((1, 37, 29, 61)).astype(np.float32)
+    x = np.random.default_rng(6).standard_normal((3, 37, 29, 61)).astype(np.float32)
     tiled = pyforge.compile(model, target="cpu")
     sources = [Path(p).read_text() for p in tiled.runtime.kernel_paths.values()]
     assert sources and all("claim(nxt)" in s for s in sources)
@@ -78,3 +78,24 @@ def test_tiled_kernels_equal_serial(monkeypatch):
     assert np.array_equal(got, want)
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_small_kernels_stay_serial():
+    """Below PARALLEL_MIN iterations (a transformer block's 128 x 256 GELU) a kernel is one plain
+    loop: no parallel region to start, whose thread wake-up costs more than the loop on a
+    loaded machine."""
+    for n, tiled in ((128 * 256, False), (128 * 384 * 4, True)):
+        model = helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Tanh", ["x"], ["y"])],
+                "tanh",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+        compiled = pyforge.compile(model, target="cpu")
+        src = "".join(Path(p).read_text() for p in compiled.runtime.kernel_paths.values())
+        assert ("claim(nxt)" in src) == tiled, n
+        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        np.testing.assert_allclose(compiled.predict(x), np.tanh(x), rtol=1e-6, atol=1e-7)

@@ -10,6 +10,7 @@ FLOPs over peak and bytes over bandwidth) is used and marked as such.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -37,7 +38,29 @@ def device_name(target: str) -> str:
             )
     except OSError:
         pass
-    return f"{target}:{cpu}:{os.cpu_count()} cores"
+    return f"{target}:{cpu}:{os.cpu_count()} cores:{code_version(target)}"
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def code_version(target: str) -> str:
+    """A fingerprint of the code a measured kernel ran: the lowering (this package) and the
+    target's runtime (``exec/<target>``), every .py file's bytes. A cost measured before a
+    change to either (a faster sgemm, a new micro-kernel) no longer matches and is remeasured:
+    a cost table keyed by device and shape alone kept choosing OpenBLAS for GEMMs that own
+    sgemm had since become faster at (eighth -> ninth session)."""
+    if target not in _VERSIONS:
+        here = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha1()
+        for root in (here, os.path.join(os.path.dirname(here), "exec", target)):
+            for folder, dirs, files in sorted(os.walk(root)):
+                dirs.sort()
+                for name in sorted(f for f in files if f.endswith(".py")):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        h.update(name.encode() + b"\0" + f.read())
+        _VERSIONS[target] = h.hexdigest()[:12]
+    return _VERSIONS[target]
 
 
 def candidate_graph(kind: str, shapes: tuple, dtype: str) -> tuple[Graph, float, float]:
@@ -149,6 +172,13 @@ class CostModel:
                 self.table: dict[str, float] = json.load(f)
         except (OSError, ValueError):
             self.table = {}
+        # this device's costs measured by other code versions are dropped (saved without them)
+        base = self.device.rsplit(":", 1)[0]
+        self.table = {
+            k: v
+            for k, v in self.table.items()
+            if k.startswith(self.device + "|") or not k.startswith((base + ":", base + "|"))
+        }
 
     def _key(self, kind: str, shapes: tuple, dtype: str) -> str:
         return f"{self.device}|{kind}|{json.dumps(shapes)}|{dtype}"

@@ -38,9 +38,10 @@ EPILOGUE_GUARD = 0.10
 # and it is one more step: each candidate's time is net of a timed run's overhead, which holds
 # one step's dispatch, so the cut's second kernel is charged a step of its own ("step" kind)
 STEP = ("step", ((1,),), "float32")
-# offer the epilogue-apart alternative at all (benchmarks/egraph.py --ab-epilogue turns it off
-# for a third plan, to measure what it adds)
-EPILOGUE_APART = True
+# offer the epilogue-apart alternative at all. Off: measured A/B (benchmarks/egraph.py
+# --ab-epilogue, ninth session, 11 models, load 9-60) it was within the noise everywhere it
+# acted (predicted 1-3%) and magika's min was 13-17% worse in two of three runs; BENCHMARKS.md
+EPILOGUE_APART = False
 # (kind, shapes, dtype) -> (seconds, how: "measured" | "cached" | "analytic")
 KernelCost = Callable[[str, tuple, str], tuple[float, str]]
 

@@ -67,9 +67,19 @@ _SIG = types.void(*[types.int64] * 13)
 
 
 @intrinsic
-def _micro(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu,
-           rows):  # fmt: skip
-    """The micro-kernel (``_micro_ir``) reading R from packed panels at ``rp`` (``kp`` unused)."""
+def _micro(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu):
+    """The micro-kernel (``_micro_ir``) reading R from packed panels at ``rp`` (``kp`` unused),
+    storing all MR rows (the form the cpu attention template calls)."""
+    sig = types.void(*[types.int64] * 12)
+    return sig, lambda context, builder, sig, args: _micro_ir(
+        False, context, builder, [*args, _c64(MR)]
+    )
+
+
+@intrinsic
+def _micro_rows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu,
+                rows):  # fmt: skip
+    """``_micro`` storing only the first ``rows`` rows."""
     return _SIG, lambda context, builder, sig, args: _micro_ir(False, context, builder, args)
 
 
@@ -167,7 +177,7 @@ def _mk(windows, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, 
     if windows:
         _micro_windows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
     else:
-        _micro(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
+        _micro_rows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
 
 
 @intrinsic

@@ -513,8 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=2, help="client processes")
     ap.add_argument("--max-batch-size", type=int, default=32)
     ap.add_argument("--batch-wait-ms", type=float, default=0.0)
-    ap.add_argument("--fill-wait-ms", default="0", help="the replica's fill wait under load; "
-                    "several (0,2): each backend once per value, alternating")  # fmt: skip
+    ap.add_argument("--variants", default="", help="ServeConfig overrides, ';' between variants "
+                    "('fill_wait_ms=0;fill_wait_ms=2,inline_ms=1'): each backend once per "
+                    "variant, alternating within a level")  # fmt: skip
     ap.add_argument(
         "--generate", metavar="MODEL.gguf", help="also: /generate beside a direct generate"
     )
@@ -565,14 +566,18 @@ def main(argv: list[str] | None = None) -> int:
                 sweep.level(f"{base}/noop", specs, None, "no-op (client ceiling)", concurrency=c)
         for name in filter(None, args.models.split(",")):
             path = model_path(name)
-            engines, config, urls = {}, {}, {}
-            fills = [float(f) for f in str(args.fill_wait_ms).split(",")]
-            for backend, fill in ((b, f) for b in args.backends.split(",") for f in fills):
+            engines, config, urls, apps = {}, {}, {}, []
+            variants = args.variants.split(";")
+            for backend, variant in ((b, v) for b in args.backends.split(",") for v in variants):
+                extra = {
+                    k: float(v)
+                    for k, v in (kv.split("=") for kv in filter(None, variant.split(",")))
+                }
                 config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
-                                     batch_wait_ms=args.batch_wait_ms, fill_wait_ms=fill, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log, direct=args.direct)  # fmt: skip
+                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log, direct=args.direct, **extra)  # fmt: skip
                 at = free_port() if args.direct else port  # direct: each its own port
-                key = backend if len(fills) == 1 else f"{backend} fill {fill:g} ms"
-                route = key.replace(" ", "-").replace(".", "_")
+                key = backend if len(variants) == 1 else f"{backend} {variant or 'defaults'}"
+                route = backend if len(variants) == 1 else f"{backend}-v{variants.index(variant)}"
                 start(
                     path,
                     config,
@@ -581,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                     name=f"{name}-{route}",
                     route_prefix=f"/{route}",
                 )
+                apps.append(f"{name}-{route}")
                 urls[key] = f"http://127.0.0.1:{at}" + ("" if args.direct else f"/{route}")
                 engines[key] = Engine(path, backend, args.max_batch_size)
             specs = [(s.name, s.dims, s.dtype) for s in next(iter(engines.values())).specs]
@@ -607,8 +613,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {backend}",
                         rate=frac * peak,
                     )
-            for key in urls:
-                serve.delete(f"{name}-{key.replace(' ', '-').replace('.', '_')}")
+            for app in apps:
+                serve.delete(app)
     finally:
         sweep.pool.terminate()
         stop()
@@ -631,7 +637,7 @@ def _append(args, notes: list[str], rows: list[dict], hop_rows: list[str]) -> No
             f"Run of {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
             f"({os.cpu_count()} cores, load average {load[0]:.1f} at the end: shared with other sessions), "
             f"pyforge {pyforge.__version__}, Ray {ray.__version__}, one replica per backend, max batch "
-            f"{args.max_batch_size}, batch wait {args.batch_wait_ms} ms, fill wait {args.fill_wait_ms} ms, {args.clients} client processes, "
+            f"{args.max_batch_size}, batch wait {args.batch_wait_ms} ms, variants {args.variants or 'none'}, {args.clients} client processes, "
             f"{'direct ingress (no proxy)' if args.direct else 'through the proxy'}, "
             f"at most {args.seconds:.0f} s or {args.requests} requests per level, text models at seq {args.seq}:"
         ),

@@ -60,6 +60,7 @@ class ServeConfig:
     max_batch_size: int = 32
     batch_wait_ms: float = 0.0  # a wait before a batch that is not full
     fill_wait_ms: float = 0.0  # under load: a wait for as many requests as the last batch had
+    inline_ms: float = 1.0  # a batch expected to run in under this runs on the event loop
     max_queued: int = 256  # per caller (the HTTP proxy): beyond it, 503
     max_body_bytes: int = 64 << 20
     cpus_per_replica: float = 1.0
@@ -85,7 +86,7 @@ class ServeConfig:
         for name in ("replicas", "max_queued", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise errors.OptionError(name, f"{name} must be >= 1: got {getattr(self, name)}")
-        for name in ("batch_wait_ms", "fill_wait_ms"):
+        for name in ("batch_wait_ms", "fill_wait_ms", "inline_ms"):
             if getattr(self, name) < 0:
                 raise errors.OptionError(name, f"{name} must be >= 0: got {getattr(self, name)}")
 

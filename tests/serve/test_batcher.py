@@ -117,3 +117,27 @@ def test_under_load_the_next_batch_waits_to_fill(tmp_path):
     for x, (out, _) in zip(xs, answers):
         want = server.engine.predict({"x": x})["y"]
         np.testing.assert_allclose(out["y"], want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_fast_model_runs_on_the_loop_after_its_first_batch(tmp_path):
+    import threading
+
+    from pyforge.serve.deployment import ModelServer
+
+    config = {"backend": "ort", "max_batch_size": 4, "inline_ms": 1e6, "cpus_per_replica": 0.5}
+    server = ModelServer(mlp_path(tmp_path), config)
+    threads: list[int] = []
+    run = server.engine.batch_predict
+    server.engine.batch_predict = lambda rs: threads.append(threading.get_ident()) or run(rs)
+    x = example_inputs(server.engine, seed=70)["x"]
+
+    async def drive():
+        return [await server._batched({"x": x}) for _ in range(3)]
+
+    answers = asyncio.run(drive())
+    main = threading.get_ident()  # the loop's: asyncio.run runs it on this thread
+    assert threads[0] != main and threads[1:] == [main, main]  # unknown cost first: a thread
+    for out, _ in answers:
+        np.testing.assert_allclose(
+            out["y"], server.engine.predict({"x": x})["y"], rtol=RTOL, atol=ATOL
+        )

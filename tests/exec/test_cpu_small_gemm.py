@@ -1,6 +1,8 @@
 """Own sgemm's small GEMMs run on the calling thread alone (cpu.own.SERIAL_WORK): the same
 results as the parallel ones, and Numba's thread count is given back after each."""
 
+from pathlib import Path
+
 import numba
 import numpy as np
 import pytest
@@ -46,3 +48,19 @@ def test_small_gemms_serial_large_parallel_same_results(hidden, inner):
     assert [own.threads_for(s) for s in gemms] == [expect, expect]
     compiled.predict(feeds)
     assert numba.get_num_threads() == before  # the serial driver gives the count back
+
+
+def test_drivers_are_disk_cacheable():
+    """The serial driver sets the thread count through the linked symbol, not numba's ctypes
+    call, which would keep every driver out of Numba's disk cache (compiled in each process)."""
+    import warnings
+
+    from numba.core.errors import NumbaWarning
+
+    model, feeds = _mlp(64, 256, seed=7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NumbaWarning)
+        compiled, _ = check_against_ort(model, feeds)
+    assert not [w for w in caught if "Cannot cache" in str(w.message)]
+    src = "".join(Path(p).read_text() for p in compiled.runtime.driver_paths.values())
+    assert "set_threads(1)" in src

@@ -30,19 +30,19 @@ OPENBLAS = "@openblas"  # in a step's label (its group's name): opt/egraph chose
 _DRIVER = """\
 # own sgemm {fingerprint}
 import sys
-import numba
 import numpy as np
 from numba import njit
 from pyforge.exec.cpu.pack import pad_image
+from pyforge.exec.cpu.tiles import set_threads, threads
 from pyforge.exec.cpu.sgemm import sgemm
 {imports}
 
 @njit(nogil=True, cache=True)
 def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x, cin, beta,
            {params}):
-    was = numba.get_num_threads()
+    was = threads()
     if parts == 1:  # (see SERIAL_WORK) the regions of sgemm, its prologue and epilogue too
-        numba.set_num_threads(1)
+        set_threads(1)
 {prologue}    for bi in range(d[0]):
         g[{L_BASE}] = bi * d[1]
         g[{C_BASE}] = bi * d[2]
@@ -55,7 +55,7 @@ def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x,
             g[{R_BASE}] = bi * d[13]
         sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw,
               qbuf)
-{residual}{epilogue}    numba.set_num_threads(was)
+{residual}{epilogue}    set_threads(was)
 """
 
 # D += beta * C (a Gemm's C input); d[14:19] = m, n, ldd, ldc, stride_c

@@ -57,6 +57,25 @@ def threads(typingctx):
     return types.intp(), codegen
 
 
+@intrinsic
+def set_threads(typingctx, n):
+    """``numba.set_num_threads(n)`` for the calling thread's next parallel regions, through the
+    linked symbol (Numba's jitted form calls it through ctypes: no disk cache; no range check)."""
+    if not isinstance(n, types.Integer):
+        return None
+    _launch_threads()
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i32]), "set_num_threads"
+        )
+        builder.call(fn, [builder.trunc(args[0], i32)])
+        return context.get_dummy_value()
+
+    return types.none(n), codegen
+
+
 @njit(nogil=True, cache=True)
 def tiling(n, parts):
     """(iterations per tile, tiles, a zeroed counter) for a loop of ``n`` over ``parts`` threads."""

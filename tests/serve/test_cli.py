@@ -39,6 +39,8 @@ def test_help_lists_the_flags(capsys):
         "--tokenizer",
         "--access-log",
         "--direct",
+        "--fill-wait-ms",
+        "--inline-ms",
     ):
         assert flag in out
 
@@ -49,6 +51,7 @@ def test_help_lists_the_flags(capsys):
         (["nosuch.onnx"], "no such ONNX file, and not a built-in model"),
         (["mlp", "--max-batch-size", "0"], "max_batch_size must be >= 1"),
         (["mlp", "--replicas", "0"], "replicas must be >= 1"),
+        (["mlp", "--fill-wait-ms", "-1"], "fill_wait_ms must be >= 0"),
     ],
 )
 def test_bad_arguments_fail_before_ray(capsys, argv, words):

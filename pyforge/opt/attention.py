@@ -15,26 +15,13 @@ import numpy as np
 from ..ir import Graph, Node, Value
 from ..ops.attention import MAX_HEAD
 from ..ops.registry import kind_of
+from .match import Match, scalar
 from .passes import register_pass
 
 IDENTITY = (0, 1, 2, 3)
 
 
-def _scalar(v: Value | None) -> float | None:
-    if v is None or v.const is None or v.size != 1:
-        return None
-    return float(v.const.reshape(()))
-
-
-class _Match:
-    def __init__(self, graph: Graph) -> None:
-        self.users = graph.consumers()
-        self.outputs = {id(v) for v in graph.outputs}
-
-    def private(self, v: Value) -> bool:
-        """Read by one node and not a graph output: the pattern may swallow it."""
-        return len(self.users.get(id(v), [])) == 1 and id(v) not in self.outputs
-
+class _Match(Match):
     def scores(self, v: Value, shape: tuple) -> tuple | None:
         """(the q kᵀ MatMul, scale, mask steps in order, swallowed nodes) computing ``v``."""
         node = v.producer
@@ -44,7 +31,7 @@ class _Match:
             return node, 1.0, [], [node]
         if node.op in ("Mul", "Div"):
             for a, c in ((0, 1), (1, 0)) if node.op == "Mul" else ((0, 1),):
-                s, inner = _scalar(node.inputs[c]), self.scores(node.inputs[a], shape)
+                s, inner = scalar(node.inputs[c]), self.scores(node.inputs[a], shape)
                 if s and inner and not inner[2]:  # a scale after a mask would scale the mask
                     mm, scale, steps, nodes = inner
                     return mm, scale * (s if node.op == "Mul" else 1 / s), steps, nodes + [node]
@@ -64,7 +51,7 @@ class _Match:
             if len(cond.shape) > 4 or np.broadcast_shapes(cond.shape, shape) != shape:
                 return None
             for a, f, keep in ((1, 2, True), (2, 1, False)):
-                fill, inner = _scalar(node.inputs[f]), self.scores(node.inputs[a], shape)
+                fill, inner = scalar(node.inputs[f]), self.scores(node.inputs[a], shape)
                 if fill is not None and inner:
                     mm, scale, steps, nodes = inner
                     step = ("where", cond, keep, fill)
@@ -81,7 +68,7 @@ class _Match:
                 v = node.inputs[0]
             elif node.op in ("Mul", "Div") and scaled:
                 pairs = ((0, 1), (1, 0)) if node.op == "Mul" else ((0, 1),)
-                found = [(a, _scalar(node.inputs[c])) for a, c in pairs]
+                found = [(a, scalar(node.inputs[c])) for a, c in pairs]
                 found = [(a, s) for a, s in found if s and node.inputs[a].shape == v.shape]
                 if not found:
                     break

@@ -15,23 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, Value
+from .match import Match, scalar
 from .passes import register_pass
 
 
-def _scalar(v: Value | None) -> float | None:
-    if v is None or v.const is None or v.size != 1:
-        return None
-    return float(v.const.reshape(()))
-
-
-class _Match:
-    def __init__(self, graph: Graph) -> None:
-        self.users = graph.consumers()
-        self.outputs = {id(v) for v in graph.outputs}
-
-    def private(self, v: Value) -> bool:
-        return len(self.users.get(id(v), [])) == 1 and id(v) not in self.outputs
-
+class _Match(Match):
     def inner(self, v: Value, op: str) -> Node | None:
         """The producer of ``v`` when it is an ``op`` whose result only the pattern reads."""
         node = v.producer
@@ -45,7 +33,7 @@ class _Match:
             for a, b in ((0, 1), (1, 0)):
                 r = node.inputs[b]
                 rec = self.inner(r, "Reciprocal") or self.inner(r, "Div")
-                if rec is None or (rec.op == "Div" and _scalar(rec.inputs[0]) != 1.0):
+                if rec is None or (rec.op == "Div" and scalar(rec.inputs[0]) != 1.0):
                     continue
                 x, s, gone = node.inputs[a], rec.inputs[-1], [rec, node]
                 break
@@ -58,7 +46,7 @@ class _Match:
         if add is None:
             return None
         for m, e in ((0, 1), (1, 0)):
-            eps, mean = _scalar(add.inputs[e]), self.inner(add.inputs[m], "ReduceMean")
+            eps, mean = scalar(add.inputs[e]), self.inner(add.inputs[m], "ReduceMean")
             if eps is None or mean is None or not mean.attrs["keepdims"]:
                 continue
             sqr = self.inner(mean.inputs[0], "Mul") or self.inner(mean.inputs[0], "Pow")
@@ -66,7 +54,7 @@ class _Match:
                 continue
             if sqr.op == "Mul" and not (sqr.inputs[0] is x and sqr.inputs[1] is x):
                 continue
-            if sqr.op == "Pow" and (sqr.inputs[0] is not x or _scalar(sqr.inputs[1]) != 2.0):
+            if sqr.op == "Pow" and (sqr.inputs[0] is not x or scalar(sqr.inputs[1]) != 2.0):
                 continue
             return x, mean, eps, [sqr, mean, add, sq, *gone]
         return None

@@ -570,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             variants = args.variants.split(";")
             for backend, variant in ((b, v) for b in args.backends.split(",") for v in variants):
                 extra = {
-                    k: float(v)
+                    k: int(v) if v.isdigit() else float(v)
                     for k, v in (kv.split("=") for kv in filter(None, variant.split(",")))
                 }
                 config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -89,7 +90,18 @@ def cuda_helpers(src: str) -> str:
 
 # a parallel loop: tiles claimed from an atomic counter (exec/cpu/tiles.py), so a thread kept
 # off its core by another process delays one tile, not its static share of the loop
-_TILES = "from pyforge.exec.cpu.tiles import claim, threads, tiling\n"
+def _runtime_mark() -> str:
+    """A comment naming the exec/cpu modules a cpu kernel compiles in (Numba inlines what it
+    imports from them, and its disk cache keys on the kernel's own source alone): a changed
+    tiles, sgemm or pack gives every such kernel a new source, so a stale copy never runs."""
+    digest = hashlib.sha1()
+    for name in ("tiles.py", "sgemm.py", "pack.py"):
+        digest.update((Path(__file__).parent.parent / "exec" / "cpu" / name).read_bytes())
+    return f"# pyforge.exec.cpu {digest.hexdigest()[:16]}\n"
+
+
+RUNTIME_MARK = _runtime_mark()
+_TILES = RUNTIME_MARK + "from pyforge.exec.cpu.tiles import claim, threads, tiling\n"
 _TILED = """\
     parts = threads()
     per, tiles, nxt = tiling({count}, parts)

@@ -22,6 +22,7 @@ from ...ir import Node, Value
 from ..emit import (
     FEXP_CPU,
     HEADER,
+    RUNTIME_MARK,
     KernelBuilder,
     KernelCall,
     broadcast_strides,
@@ -465,7 +466,7 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     lit_num = lambda value, hint: str(int(value))
     cuda_f = _fields(node, names, lit_num, False)
     params = ", ".join(kb.params)
-    cpu = HEADER + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
+    cpu = HEADER + RUNTIME_MARK + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
     if per_row(sq, d, sk):
         nt, ch = ROW_THREADS, min(ROW_CHUNKS, d)
         c2 = max(1, nt // dv)

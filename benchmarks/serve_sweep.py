@@ -573,8 +573,9 @@ def main(argv: list[str] | None = None) -> int:
                     k: int(v) if v.isdigit() else float(v)
                     for k, v in (kv.split("=") for kv in filter(None, variant.split(",")))
                 }
-                config = ServeConfig(backend=backend, max_batch_size=args.max_batch_size,
-                                     batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log, direct=args.direct, **extra)  # fmt: skip
+                fields = dict(backend=backend, max_batch_size=args.max_batch_size,
+                              batch_wait_ms=args.batch_wait_ms, max_queued=4096, cpus_per_replica=0.5, warm_length=args.seq, access_log=args.access_log, direct=args.direct)  # fmt: skip
+                config = ServeConfig(**{**fields, **extra})
                 at = free_port() if args.direct else port  # direct: each its own port
                 key = backend if len(variants) == 1 else f"{backend} {variant or 'defaults'}"
                 route = backend if len(variants) == 1 else f"{backend}-v{variants.index(variant)}"

@@ -71,10 +71,11 @@ def _rms(graph: Graph, m: _Match, node: Node) -> tuple[Node, list[Node]] | None:
     a, out = axes[0], node.outputs[0]
     if out.shape != x.shape:
         return None
-    row = tuple(x.shape[a:])
-    scale = graph.constant(np.ones(row, np.float32), "rms_scale")
+    row, scale = tuple(x.shape[a:]), None
     users = m.users.get(id(out), [])
     mul = users[0] if m.private(out) and users[0].op == "Mul" else None
+    if mul is not None and mul.outputs[0].shape != x.shape:
+        mul = None  # the weight broadcasts the result to more dims
     w = None if mul is None else mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
     if w is not None and w.const is not None and w.dtype == np.float32:
         lead = max(len(w.shape) - len(row), 0)
@@ -84,6 +85,8 @@ def _rms(graph: Graph, m: _Match, node: Node) -> tuple[Node, list[Node]] | None:
             tail_c = np.ascontiguousarray(w.const.reshape(tail))
             scale, out = graph.constant(tail_c, "rms_scale"), mul.outputs[0]
             gone.append(mul)
+    if scale is None:
+        scale = graph.constant(np.ones(row, np.float32), "rms_scale")
     attrs = {"axis": a, "epsilon": eps}
     return Node("RMSNormalization", [x, scale], [out], attrs, node.name, 23), gone
 

@@ -105,3 +105,15 @@ def test_weight_over_a_different_axis_is_not_swallowed():
     ops = graph_ops(model)
     assert ops.count("RMSNormalization") == 1 and "Mul" in ops
     check_against_ort(model, feeds)
+
+
+def test_weight_that_adds_dims_is_not_swallowed():
+    model, feeds = rms_model(weight=None)
+    g = model.graph
+    w = np.linspace(0.5, 1.5, 16, dtype=F32).reshape(1, 1, 1, 16)
+    g.initializer.append(_c("w4", w))
+    g.node.append(N("Mul", ["nx", "w4"], ["y"]))
+    g.output[0].CopyFrom(helper.make_tensor_value_info("y", 1, [1, 2, 3, 16]))
+    ops = graph_ops(model)
+    assert ops.count("RMSNormalization") == 1 and "Mul" in ops
+    check_against_ort(model, feeds)

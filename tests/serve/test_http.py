@@ -65,6 +65,25 @@ def direct(server):
     }
 
 
+def check_concurrent_npy(url: str, mlp, inputs: list) -> None:
+    """POST every input as .npy at once, one thread each; every answer is a direct predict's."""
+    answers: list = [None] * len(inputs)
+
+    def send(i: int) -> None:
+        answers[i] = post(url + "/predict", npy(inputs[i]), "application/x-npy")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    for x, (status, body) in zip(inputs, answers):
+        assert status == 200, body
+        np.testing.assert_allclose(
+            np.load(io.BytesIO(body)), mlp.predict({"x": x})["y"], rtol=RTOL, atol=ATOL
+        )
+
+
 def test_json_npy_npz_answers_equal_direct_predict(server, direct):
     mlp, url = direct["mlp"], server["url"]
     x = example_inputs(mlp, seed=11, rows=3)["x"]
@@ -99,21 +118,7 @@ def test_direct_ingress_answers_equal_direct_predict(server, direct):
     )
     # concurrent connections, spread by the kernel over both replicas, each batched and right
     inputs = [example_inputs(mlp, seed=200 + i, rows=1 + i % 3)["x"] for i in range(32)]
-    answers: list = [None] * len(inputs)
-
-    def send(i: int) -> None:
-        answers[i] = post(url + "/predict", npy(inputs[i]), "application/x-npy")
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    for xi, (status, body) in zip(inputs, answers):
-        assert status == 200, body
-        np.testing.assert_allclose(
-            np.load(io.BytesIO(body)), mlp.predict({"x": xi})["y"], rtol=RTOL, atol=ATOL
-        )
+    check_concurrent_npy(url, mlp, inputs)
     status, body = post(url + "/predict", npy(np.ones((1, 3), np.float32)), "application/x-npy")
     assert status == 400 and "dim 1 must be 256" in json.loads(body)["error"]
     from ray import serve  # the handle still reaches the direct replicas
@@ -148,21 +153,7 @@ def test_handle_predict_and_batch_predict(server, direct):
 def test_concurrent_requests_are_batched_and_right(server, direct):
     mlp, url = direct["mlp"], server["url"]
     inputs = [example_inputs(mlp, seed=100 + i, rows=1 + i % 2)["x"] for i in range(48)]
-    answers: list = [None] * len(inputs)
-
-    def send(i: int) -> None:
-        answers[i] = post(url + "/predict", npy(inputs[i]), "application/x-npy")
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    for x, (status, body) in zip(inputs, answers):
-        assert status == 200, body
-        np.testing.assert_allclose(
-            np.load(io.BytesIO(body)), mlp.predict({"x": x})["y"], rtol=RTOL, atol=ATOL
-        )
+    check_concurrent_npy(url, mlp, inputs)
     metrics = "".join(
         urllib.request.urlopen(url + "/metrics", timeout=30).read().decode() for _ in range(4)
     )

@@ -720,6 +720,17 @@ def write_conformance(target: str, text: str, md: Path = CONFORMANCE) -> None:
     md.write_text("".join(parts).rstrip("\n") + f"\n\n{head}\n\n{text}\n")
 
 
+def _report(rows: list[Row], r: Row, t0: float, args, argv: list[str]) -> None:
+    """One finished row to stderr; the table so far to --md and CONFORMANCE.md (after every row,
+    so a run stopped early keeps what it measured)."""
+    print(f"{r.name}: {r.outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    text = header(args.target, argv) + "\n\n" + table(rows)
+    if args.md:
+        Path(args.md).write_text(text + "\n")
+    if args.conformance:
+        write_conformance(args.target, text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -733,6 +744,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per side (0: no timing)")
     ap.add_argument("--isolate", action="store_true", help="each model in its own process")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per model (--isolate)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="--isolate: models run side by side (times then mean less)",
+    )
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # --isolate's child
     args = ap.parse_args(argv)
     if args.list:
@@ -744,23 +761,30 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in ENTRIES]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; --list shows them")
-    rows = []
-    for n in names:
-        t0 = time.perf_counter()
-        if args.isolate:
-            rows.append(run_isolated(n, args.target, args.runs, args.timeout))
-        else:
-            rows.append(run_entry(n, args.target, args.runs))
-        r = rows[-1]
-        if args.json:
-            print(json.dumps(dataclasses.asdict(r)), flush=True)
-            continue
-        print(f"{n}: {r.outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-        text = header(args.target, argv) + "\n\n" + table(rows)
-        if args.md:  # after every row, so a run stopped early keeps what it measured
-            Path(args.md).write_text(text + "\n")
-        if args.conformance:
-            write_conformance(args.target, text)
+    rows: list[Row] = []
+    if args.isolate and args.jobs > 1:  # children side by side; each row as it finishes
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        t0, order = time.perf_counter(), {n: k for k, n in enumerate(names)}
+        with ThreadPoolExecutor(args.jobs) as pool:
+            ahead = {
+                pool.submit(run_isolated, n, args.target, args.runs, args.timeout): n for n in names
+            }
+            for fut in as_completed(ahead):
+                rows.append(fut.result())
+                rows.sort(key=lambda r: order[r.name])
+                _report(rows, fut.result(), t0, args, argv)
+    else:
+        for n in names:
+            t0 = time.perf_counter()
+            if args.isolate:
+                rows.append(run_isolated(n, args.target, args.runs, args.timeout))
+            else:
+                rows.append(run_entry(n, args.target, args.runs))
+            if args.json:
+                print(json.dumps(dataclasses.asdict(rows[-1])), flush=True)
+                continue
+            _report(rows, rows[-1], t0, args, argv)
     if args.json:
         return 0
     print(header(args.target, argv) + "\n\n" + table(rows))

@@ -59,6 +59,11 @@ s9c)  # the ninth session's last call: decode and a 1024-token prefill with the 
   step 90 python3 scripts/profile_decode.py --ctx 256 --new 24 --top 8 2>&1 | grep -v -i warn | tee "$OUT/profile_decode.txt" | grep -A9 -E "^--- device|cache, cuda" | tail -24
   step 200 python3 benchmarks/corpus.py --target cuda --isolate --timeout 60 --runs 3 --models block,bert_base,llama_tiny,qwen2_tiny,mobilenet_v3_small,regnet_y_400mf,shufflenet_v2_x1_0 --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -14
   ;;
+s10)  # the tenth session: corpus models side by side (bash scripts/gpu_verify.sh s10 MODELS [seconds] [jobs]); wheel models from .corpus/
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  [ -d .corpus ] && mkdir -p "${PYFORGE_CORPUS:=/tmp/corpus}" && cp -n .corpus/*.onnx "$PYFORGE_CORPUS"/ && export PYFORGE_CORPUS
+  step "${3:-540}" python3 benchmarks/corpus.py --target cuda --isolate --jobs "${4:-8}" --timeout 400 --runs 3 --models "$2" --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | grep -v "^|" | tail -60
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -223,6 +223,7 @@ class KernelBuilder:
     _counter: int = 0
     inner: str | None = None  # the int param holding the inner run length (rows x inner loop)
     inner_value: int = 0
+    inner_from: int = -1  # the first axis of the inner run
     inner_dims: list = field(default_factory=list)  # int params of the inner run's dims
     outer_lines: list = field(default_factory=list)  # coordinates of the row, once per row
     checks: list[str] = field(default_factory=list)  # cpu lines run before the loop
@@ -373,7 +374,7 @@ class KernelBuilder:
             split = len(shape) - 1
             while split > 0 and int(np.prod(shape[split:])) < ROW_MIN:
                 split -= 1
-        self.inner_value = int(np.prod(shape[split:]))
+        self.inner_value, self.inner_from = int(np.prod(shape[split:])), split
         self.inner = self.int_param(self.inner_value, "IN")
         # outer coordinates go at the row loop's level: a division may raise, so LLVM will not
         # hoist it out of an inner loop that might run zero times
@@ -454,10 +455,13 @@ class KernelBuilder:
             loops += f"{pad}i = o * {self.inner} + {j}\n"
             it = self._lines(self.outer_lines, 0, ind) + "\n" + loops + self._cpu_body(pad)
             outer = self._lines(self.outer_lines, 1, "        ")
+            # a run over every axis (a small tensor) is the whole loop: n, not a literal holding
+            # the batch (that would give every batch size its own cuda source)
+            whole = self.inner_from == 0 and self.inner_value == int(n)
             cuda = _CUDA_ROWS.format(
                 params=params,
                 body=self._body(1, "            "),
-                inner=self.inner,
+                inner="n" if whole else self.inner,
                 outer=outer,
                 pre=hoisted,
             )

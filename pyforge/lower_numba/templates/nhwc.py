@@ -35,7 +35,8 @@ from numba import cuda
 def kernel(n, t0, t1):
     # one thread per (pixel, tap, run of {v} elements): its loads all in flight before it stores
     w = cuda.grid(1)
-    while w < {total}:
+    total = n // {per}  # n: the column matrix's elements (not a literal: every batch shares it)
+    while w < total:
         g = w % {groups}
         t = w // {groups}
         kx = t % {kw}
@@ -90,7 +91,7 @@ def im2col_nhwc_vector(node: Node, call: KernelCall) -> None:
         + "\n"
         + _IM2COL_VECTOR.format(
             v=v // unit,
-            total=total,
+            per=v,
             groups=c_ // v,
             kh=kh,
             kw=kw,

@@ -167,6 +167,7 @@ class CudaContext:
         self.capability = _capability()
         self.kernel_paths: dict[str, str] = {}
         self.gemm_impls: dict[int, str] = {}  # step index -> the GEMM implementation bound
+        self.tune_seconds, self.tuned = 0.0, 0  # cuBLASLt candidates timed at bind (not cached)
         self.gemm_backend = gemm_backend(SIMULATED)
         self.workspace = (
             None if self.gemm_backend == "numba" else cuda.device_array(WORKSPACE_BYTES, np.uint8)
@@ -196,6 +197,7 @@ class CudaContext:
         self._device_views = None
         self.stream.synchronize()
         self.jit_seconds = 0.0  # without a graph, kernels compile in the first predict
+        self.capture_seconds = 0.0
         if self.use_graph:  # the capture runs every kernel once anyway: compile them here
             t0, total = time.perf_counter(), len(self.calls)
             for k, call in enumerate([None, *self.calls]):
@@ -210,9 +212,11 @@ class CudaContext:
             # (replaying straight after a capture made inside predict gave stale outputs once)
             from .graph import CudaGraph
 
+            t0 = time.perf_counter()
             self.graph = CudaGraph(self.stream)
             self.graph.capture(self._launch_all)  # runs once first, so kernels compile outside
             self.stream.synchronize()
+            self.capture_seconds = time.perf_counter() - t0
         # those runs read a zeroed arena, where a computed index may well be out of range:
         # what they flagged is no error of any predict
         self.errors.copy_to_device(np.zeros(self.errors.size, np.int32), stream=self.stream)
@@ -250,6 +254,8 @@ class CudaContext:
         parts = [self.bind_kernel(step.prologue)] if step.prologue else []
         gemm, epilogue_done = choose_gemm(self, step)
         self.gemm_impls[i] = _gemm_name(gemm, epilogue_done)
+        tuned = getattr(getattr(gemm, "lt", None), "tune_seconds", 0.0)
+        self.tune_seconds, self.tuned = self.tune_seconds + tuned, self.tuned + (tuned > 0)
         parts.append(gemm)
         self.launches += self.gemm_backend != "numba"  # a fallback kernel counted itself
         self.gemm_folded += epilogue_done

@@ -1,7 +1,7 @@
 """Time the plan a new input signature compiles at predict, with a warm kernel cache.
 
     python scripts/new_shape_time.py [--model resnet50] [--target cpu] [--batches 1,2,4,8]
-                                     [--fresh-cache] [--algos]
+                                     [--fresh-cache] [--algos] [--runs N]
 
 Compiles the model with a symbolic batch dim, predicts once at each batch (the first batch's
 plan comes from compile()), then once more at each: the second pass reuses every plan. Prints
@@ -14,6 +14,7 @@ from source (NVVM on cuda) and loaded from the disk cache, and the predict's own
 process (compile + predict), so the measured process starts with exactly the first shape's
 kernels and cuBLASLt choices on disk. ``--algos`` (cuda, with --fresh-cache): after the run,
 whether each GEMM's tuned cuBLASLt algorithm at the new batch sizes is the first batch's.
+``--runs N``: then the median of N predicts at each batch (the plans' steady-state speed).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--fresh-cache", action="store_true")
     ap.add_argument("--algos", action="store_true")
+    ap.add_argument("--runs", type=int, default=0, help="then time N predicts at each batch")
     ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -74,6 +76,15 @@ def main() -> None:
             print(f"{rnd:5s} predict at batch {b}: {took:.2f} s")
             if rnd == "first" and b != batches[0]:
                 print("   " + _breakdown(model._current, _kernel_loads(before), took))
+    for b in batches if args.runs else ():  # steady state: the median of N calls
+        x = rng.standard_normal((b, *shape[1:])).astype(np.float32)
+        times = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            model.predict(x)
+            times.append(time.perf_counter() - t0)
+        print(f"batch {b}: median {np.median(times) * 1e3:.3f} ms, min "
+              f"{min(times) * 1e3:.3f} ms over {args.runs} predicts")  # fmt: skip
     print("plans held:", model.stats["plans"])
     if model.target == "cuda":  # one weights upload for every plan, plus one arena each
         bound = list(model._plans.values())

@@ -1,8 +1,11 @@
 """Greedy against the e-graph optimiser (issue 16) on the cpu: the regions it found, what it
 chose and predicted (simulated region time from the measured kernel costs), the measured
-predict time of both plans (runs alternated in one process), the search time with a warm cost
-cache, each plan's largest difference from ONNX Runtime, and the correlation of predicted and
-measured savings over the models.
+predict time of both plans (runs alternated in one process, the order reversed every round):
+medians, mins and the paired statistic (the median of each round's egraph/greedy ratio with a
+95% bootstrap interval; with --control, the same for a second greedy plan, the noise floor),
+the load average around each model's runs, the search time with a warm cost cache, each
+plan's largest difference from ONNX Runtime, a markdown table, and the correlation of
+predicted and measured savings over the models.
 
     PYTHONPATH=. python benchmarks/egraph.py --runs 100 resnet18 mobilenet_v2 minilm_l6:16
 """
@@ -10,6 +13,7 @@ measured savings over the models.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -98,8 +102,10 @@ def ort_error(model, feeds, *plans) -> list[float]:
     return errs
 
 
-def bench(spec: str, runs: int, ab_epilogue: bool = False) -> tuple[float, float]:
-    """Prints the model's figures; returns (predicted, measured median) saving in ms.
+def bench(spec: str, runs: int, ab_epilogue: bool = False, control: bool = False) -> tuple:
+    """Prints the model's figures; returns (predicted, measured) saving in ms and a table row
+    (measured: the paired median ratio's saving of greedy's median). ``control``: a second
+    greedy plan alternated too, the noise floor.
     ``ab_epilogue``: the e-graph plan with the epilogue-apart alternative (off by default) and
     without it ("fused"), both run alternated with greedy's."""
     model, shapes, feeds = load(spec)
@@ -128,14 +134,12 @@ def bench(spec: str, runs: int, ab_epilogue: bool = False) -> tuple[float, float
         eg, rep = eg_apart, eg_apart.details["egraph"]  # "egraph" below: with the alternative
         err_e = ort_error(model, feeds, eg)[0]
         plans = [("greedy", greedy), ("egraph", eg), ("fused", fused)]
-    times = {name: [] for name, _ in plans}
-    for _ in range(runs):  # alternated, so all see the same load
-        for name, m in plans:
-            t = time.perf_counter()
-            m.predict(feeds)
-            times[name].append(time.perf_counter() - t)
+    if control:  # a second, independent greedy plan: the noise floor of identical plans
+        plans.append(("greedy again", pyforge.compile(model, target="cpu", **kw)))
+    times, loads = alternate(plans, feeds, runs)
     g_med, e_med = (statistics.median(times[k]) * 1e3 for k in ("greedy", "egraph"))
     g_min, e_min = (min(times[k]) * 1e3 for k in ("greedy", "egraph"))
+    ratio, lo, hi = paired(times["egraph"], times["greedy"])
     sim_g, sim_e = (t * 1e3 for t in rep.predicted)
     merged = sum(r.chosen == "merged" for r in rep.regions)
     blas = sum(g.chosen.startswith("openblas") for g in rep.groups)
@@ -154,23 +158,81 @@ def bench(spec: str, runs: int, ab_epilogue: bool = False) -> tuple[float, float
         f"{e_med:.3f} min {e_min:.3f} ms   ({g_med - e_med:+.3f} ms median "
         f"{100 * (e_med / g_med - 1):+.1f}%, {g_min - e_min:+.3f} ms min)"
     )
+    verdict = "faster" if hi < 1 else "slower" if lo > 1 else "within noise"
+    print(
+        f"  paired (egraph/greedy of each alternated pair, {runs} pairs): median "
+        f"{100 * (ratio - 1):+.1f}%, 95% bootstrap interval [{100 * (lo - 1):+.1f}%, "
+        f"{100 * (hi - 1):+.1f}%]: {verdict}; load average {loads[0]:.1f} -> {loads[1]:.1f}"
+    )
+    if control:
+        c, c_lo, c_hi = paired(times["greedy again"], times["greedy"])
+        print(
+            f"  control (a second greedy plan / greedy): median {100 * (c - 1):+.1f}%, interval "
+            f"[{100 * (c_lo - 1):+.1f}%, {100 * (c_hi - 1):+.1f}%]"
+        )
     if ab_epilogue:
         f_med, f_min = statistics.median(times["fused"]) * 1e3, min(times["fused"]) * 1e3
         frep = fused.details["egraph"]
+        f, f_lo, f_hi = paired(times["egraph"], times["fused"])
         print(
             f"  epilogues all fused (no epilogue-apart alternative): simulated "
             f"{frep.predicted[1] * 1e3:.3f} ms, measured median {f_med:.3f} min {f_min:.3f} ms; "
             f"egraph with it {100 * (e_med / f_med - 1):+.1f}% median, "
-            f"{100 * (e_min / f_min - 1):+.1f}% min"
+            f"{100 * (e_min / f_min - 1):+.1f}% min, paired {100 * (f - 1):+.1f}% "
+            f"[{100 * (f_lo - 1):+.1f}%, {100 * (f_hi - 1):+.1f}%]"
         )
     line = rep.search_line() if rep.searches else "no regions, no search"
     print(
         f"  search (warm cost cache) {rep.seconds * 1e3:.1f} ms: {line}; whole compile "
         f"{compile_s:.2f} s (first, measuring what the cost table lacked: {cold_s:.2f} s; greedy "
-        f"{greedy_s:.2f} s); load average {os.getloadavg()[0]:.1f}",
+        f"{greedy_s:.2f} s)",
         flush=True,
     )
-    return sim_g - sim_e, g_med - e_med
+    row = (
+        f"| {spec} | {merged}/{len(rep.regions)} merged, {blas}/{len(rep.groups)} OpenBLAS | "
+        f"{sim_g:.2f} -> {sim_e:.2f} | {g_med:.2f} -> {e_med:.2f} ({100 * (e_med / g_med - 1):+.1f}%)"
+        f" | {g_min:.2f} -> {e_min:.2f} | {100 * (ratio - 1):+.1f}% [{100 * (lo - 1):+.1f}, "
+        f"{100 * (hi - 1):+.1f}] {verdict} | {loads[0]:.1f}-{loads[1]:.1f} | {rep.seconds * 1e3:.0f} ms |"
+    )
+    return sim_g - sim_e, (1 - ratio) * g_med, row
+
+
+def alternate(plans: list, feeds: dict, runs: int, warmup: int = 5) -> tuple[dict, tuple]:
+    """Each plan's predict times over ``runs`` rounds, the plans in turn, round i starting at
+    plan i (each plan follows each other one, and itself, alike), garbage collection off;
+    ``warmup`` untimed rounds first. Returns (times, load average before/after)."""
+    for _ in range(warmup):
+        for _, m in plans:
+            m.predict(feeds)
+    times = {name: [] for name, _ in plans}
+    load0 = os.getloadavg()[0]
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(runs):
+            for name, m in plans[i % len(plans) :] + plans[: i % len(plans)]:
+                t = time.perf_counter()
+                m.predict(feeds)
+                times[name].append(time.perf_counter() - t)
+    finally:
+        gc.enable()
+    return times, (load0, os.getloadavg()[0])
+
+
+def paired(a: list[float], b: list[float], resamples: int = 2000) -> tuple[float, float, float]:
+    """The median of the per-round ratios a_i / b_i (runs alternated, so each pair saw the same
+    load) and its 95% bootstrap interval (pairs resampled, seeded)."""
+    r = np.asarray(a) / np.asarray(b)
+    rng = np.random.default_rng(0)
+    boot = np.median(r[rng.integers(0, len(r), (resamples, len(r)))], axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return float(np.median(r)), float(lo), float(hi)
+
+
+HEADER = (
+    "| model | decided | simulated greedy -> egraph (ms) | median (ms) | min (ms) | paired "
+    "egraph/greedy [95% interval] | load | search (warm) |\n|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,15 +244,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the e-graph plan without the epilogue-apart alternative, alternated",
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="also run a second greedy plan, alternated: the noise floor of identical plans",
+    )
     args = ap.parse_args(argv)
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    pairs = [bench(spec, args.runs, args.ab_epilogue) for spec in args.models]
-    if len(pairs) > 2:
-        r = float(np.corrcoef(np.array(pairs).T)[0, 1])
-        print(f"correlation of predicted and measured (median) savings over {len(pairs)}: {r:.2f}")
+    out = [bench(spec, args.runs, args.ab_epilogue, args.control) for spec in args.models]
+    print(HEADER, *(row for _, _, row in out), sep="\n")
+    if len(out) > 2:
+        r = float(np.corrcoef(np.array([o[:2] for o in out]).T)[0, 1])
+        print(
+            f"correlation of predicted and measured (paired median) savings over {len(out)}: {r:.2f}"
+        )
     return 0
 
 

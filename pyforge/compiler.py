@@ -147,12 +147,22 @@ def mark_state(graph, state: dict[str, str]) -> None:
 
 def _egraph_pass(out: dict):
     """The e-graph pass with the cpu target's measured kernel costs; its report goes in ``out``."""
+    import numba
+
     from .exec.cpu import CpuRuntime, own
+    from .exec.cpu import blas as cblas
     from .lower_numba.costs import CostModel
     from .opt.egraph.impl import Backend
     from .opt.egraph.parallel_gemm import optimise
 
-    costs, blas = CostModel("cpu", make_runtime=CpuRuntime), Backend(own.takes, own.OPENBLAS)
+    def splits(m: int, n: int, k: int, on_own: bool) -> bool:  # the runtime's thread choice
+        least = (
+            own.SERIAL_WORK + 1 if on_own else cblas.GEMV_SPLIT_MIN if m == 1 else cblas.SPLIT_MIN
+        )
+        return numba.get_num_threads() > 1 and m * n * k >= least
+
+    costs = CostModel("cpu", make_runtime=CpuRuntime)
+    blas = Backend(own.takes, own.OPENBLAS, splits, own.SERIAL)
 
     def run(graph):
         graph, out["report"] = optimise(graph, costs.seconds, prefetch=costs.measure, backend=blas)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -137,23 +138,39 @@ def time_graphs(
     make_runtime: Callable[..., Any],
     rounds: int = 30,
     options: list[dict] | None = None,
+    stat: Callable[[list[float]], float] = min,
 ) -> list[float]:
-    """Least seconds of one run of each graph (fused, lowered, bound with its ``options``) on
-    seeded random inputs, the graphs run in turn round after round, so that all see the same
-    load; on a loaded machine the minimum is the figure least moved by other work."""
+    """``stat`` (least, by default) of the seconds of one run of each graph (fused, lowered,
+    bound with its ``options``) on seeded random inputs, the graphs run in turn round after
+    round, so that all see the same load."""
     rng, bound = np.random.default_rng(1), []
     for graph, opts in zip(graphs, options or [{}] * len(graphs)):
         rt = make_runtime(build_plan(lower_graph(fuse_graph(graph))), **opts)
         feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
         rt.run(feeds)
         bound.append((rt, feeds))
-    best = [float("inf")] * len(graphs)
+    times: list[list[float]] = [[] for _ in graphs]
     for _ in range(rounds):
         for i, (rt, feeds) in enumerate(bound):
             t0 = time.perf_counter()
             rt.run(feeds)
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best
+            times[i].append(time.perf_counter() - t0)
+    return [stat(t) for t in times]
+
+
+def _base(kind: str) -> str:
+    """The candidate a kind names: "group/blas@serial" is a "group" (bound for OpenBLAS, its
+    GEMMs' names carrying the runtime's tag "@serial")."""
+    return kind.split("@")[0].split("/")[0]
+
+
+def _tagged(graph: Graph, kind: str) -> Graph:
+    """``graph`` with ``kind``'s tag ("KIND@TAG") in each GEMM's name (its step's label)."""
+    tag = kind.partition("@")[2]
+    for n in graph.nodes if tag else []:
+        if n.op in ("MatMul", "Gemm", "Conv"):
+            n.name += f"@{tag}"
+    return graph
 
 
 class CostModel:
@@ -188,7 +205,7 @@ class CostModel:
         if key in self.table:
             out = (self.table[key], "cached")
         elif self.make_runtime is None:
-            _, flops, nbytes = candidate_graph(kind.split("/")[0], shapes, dtype)
+            _, flops, nbytes = candidate_graph(_base(kind), shapes, dtype)
             out = (max(flops / PEAK_FLOPS, nbytes / BANDWIDTH), "analytic")
         else:
             self.measure([(kind, shapes, dtype)])
@@ -198,15 +215,20 @@ class CostModel:
 
     def measure(self, kernels: list[tuple[str, tuple, str]]) -> None:
         """Time every kernel not in the table yet, alternated in one set of rounds, each net
-        of a timed run's own overhead (a one-element kernel's run, timed in the same rounds)."""
+        of a timed run's own overhead (a one-element kernel's run, timed in the same rounds).
+        The figure is the median: what a run costs at the load the machine has (a GEMM split
+        over threads that another process keeps off a core stalls: at load 10 on 2 cores
+        MiniLM's GEMMs took 3x their least time, split, and 1.05x on one thread)."""
         todo = [k for k in dict.fromkeys(kernels) if self._key(*k) not in self.table]
         if not todo or self.make_runtime is None:
             return
         base = ("overhead", ((1,),), "float32")
         kinds = [base, *todo]  # "KIND/blas": bound with own_gemm=False (OpenBLAS runs it)
-        graphs = [candidate_graph(k.split("/")[0], s, d)[0] for k, s, d in kinds]
-        opts = [{"own_gemm": False} if k.endswith("/blas") else {} for k, _, _ in kinds]
-        overhead, *times = time_graphs(graphs, self.make_runtime, options=opts)
+        graphs = [_tagged(candidate_graph(_base(k), s, d)[0], k) for k, s, d in kinds]
+        opts = [{"own_gemm": False} if "/blas" in k else {} for k, _, _ in kinds]
+        overhead, *times = time_graphs(
+            graphs, self.make_runtime, options=opts, stat=statistics.median
+        )
         for k, t in zip(todo, times):
             self.table[self._key(*k)] = max(t - overhead, 1e-7)
         self._save()

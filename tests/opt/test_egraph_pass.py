@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numba
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
@@ -116,6 +117,7 @@ def convs_on_openblas_too(monkeypatch) -> None:
 
 
 APART = {"own, epilogue apart", "openblas, epilogue apart"}
+ONE_THREAD = {"own, one thread", "openblas, one thread"}  # where the runtime would split it
 
 
 def gemm_models():
@@ -161,7 +163,7 @@ def test_each_gemm_runs_on_the_implementation_its_cost_picks(monkeypatch, which,
     feeds = {"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}
     m, _ = check_against_ort(model, feeds, optimizer="egraph")
     (g,) = m.details["egraph"].groups
-    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"}
+    assert g.chosen == want and set(g.alternatives) - ONE_THREAD == {"own", "openblas"}
     impls = set(m.runtime.gemm_impls.values())
     assert impls == {"OpenBLAS sgemm" if want == "openblas" else "pyforge sgemm (AVX2)"}
     assert m.details["egraph"].predicted == pytest.approx((1e-3, min(1e-3, 1.1 * blas_s)))
@@ -179,7 +181,7 @@ def test_each_gemm_runs_on_the_implementation_its_measured_cost_picks(tmp_path, 
     monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
     m = pyforge.compile(model, target="cpu", optimizer="egraph")
     (g,) = m.details["egraph"].groups
-    assert set(g.alternatives) == {"own", "openblas"}
+    assert set(g.alternatives) - ONE_THREAD == {"own", "openblas"}
     assert {how for _, how in g.alternatives.values()} == {"cached"}  # measured by prefetch
     table = json.loads((tmp_path / "costs.json").read_text())
     assert sum("|group/blas|" in k for k in table) == 1 and sum("|group|" in k for k in table) == 1
@@ -259,7 +261,8 @@ def test_convs_get_no_openblas_alternative_by_default(monkeypatch):
     monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
     model, _ = gemm_models()["conv"]
     m = pyforge.compile(model, target="cpu", optimizer="egraph")
-    assert m.details["egraph"].groups == []
+    # (too small to be split over threads: no one-thread alternative either)
+    assert [set(g.alternatives) for g in m.details["egraph"].groups] == [{"own"}]
     assert set(m.runtime.gemm_impls.values()) == {"pyforge sgemm (AVX2)"}
 
 
@@ -290,7 +293,7 @@ def test_an_epilogue_runs_fused_or_apart_as_its_costs_pick_and_matches_ort(
         if kind == "step":  # one more step's dispatch
             return 0.0, "cached"
         t = {"whole": whole, "anchor": anchor, "epilogue": epilogue}[_parts(shapes[0])]
-        return t * (blas if kind.endswith("/blas") else 1.0), "cached"
+        return t * (blas if "/blas" in kind else 1.0), "cached"
 
     from pyforge.opt.egraph import parallel_gemm
 
@@ -301,7 +304,7 @@ def test_an_epilogue_runs_fused_or_apart_as_its_costs_pick_and_matches_ort(
     feeds = {"x": np.random.default_rng(7).standard_normal(shape).astype(np.float32)}
     m, _ = check_against_ort(model, feeds, optimizer="egraph")
     (g,) = m.details["egraph"].groups
-    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"} | APART
+    assert g.chosen == want and set(g.alternatives) - ONE_THREAD == {"own", "openblas"} | APART
     fused = [n.group.members for n in m.details["graph"].nodes if n.group]
     ops = [[mem.op for mem in ms] for ms in fused]
     if want.endswith("apart"):
@@ -315,6 +318,44 @@ def test_an_epilogue_runs_fused_or_apart_as_its_costs_pick_and_matches_ort(
     assert impls == {"OpenBLAS sgemm" if "openblas" in want else "pyforge sgemm (AVX2)"}
     line = "1 of 1 other GEMM groups on OpenBLAS" if "openblas" in want else "0 of 1"
     assert line in explain.report(m)
+
+
+@pytest.mark.skipif(numba.get_num_threads() < 2, reason="one thread: nothing is split")
+@pytest.mark.parametrize("serial_s, want", [(1e-4, "own, one thread"), (1e-2, "own")])
+def test_a_gemm_runs_on_one_thread_where_its_cost_picks_and_matches_ort(
+    monkeypatch, serial_s, want
+):
+    """A GEMM the runtime would split over its threads (a stall whenever another process holds
+    one of their cores) is offered one thread too, on own sgemm and on OpenBLAS; the choice
+    reaches the runtime through the step's label."""
+    from pyforge.exec.cpu import own
+    from pyforge.exec.steps import GemmStep
+    from pyforge.lower_numba import costs as cm
+
+    asked = []
+
+    def fake(self, kind, shapes, dtype):
+        asked.append(kind)
+        return (serial_s if kind == "group@serial" else 1e-3), "cached"
+
+    monkeypatch.setattr(cm.CostModel, "seconds", fake)
+    monkeypatch.setattr(cm.CostModel, "measure", lambda self, kernels: None)
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.standard_normal((128, 256)).astype(np.float32), "w")
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    model = make_model(
+        [node], [("x", np.float32, (1, 128, 128))], [("y", np.float32, (1, 128, 256))], [w]
+    )
+    feeds = {"x": rng.standard_normal((1, 128, 128)).astype(np.float32)}
+    m, _ = check_against_ort(model, feeds, optimizer="egraph")
+    (g,) = m.details["egraph"].groups
+    assert g.chosen == want and set(g.alternatives) == {"own", "openblas"} | ONE_THREAD
+    assert set(asked) >= {"group", "group/blas", "group@serial", "group/blas@serial"}
+    (step,) = [s for s in m.plan.steps if isinstance(s, GemmStep)]
+    assert own.threads_for(step) == (1 if want.endswith("thread") else numba.get_num_threads())
+    assert set(m.runtime.gemm_impls.values()) == {"pyforge sgemm (AVX2)"}
+    assert m.details["egraph"].one_thread == (want != "own")
+    assert m.details["egraph"].predicted == pytest.approx((1e-3, min(1e-3, 1.1 * serial_s)))
 
 
 def test_a_cost_measured_by_other_code_is_not_used(tmp_path, monkeypatch):

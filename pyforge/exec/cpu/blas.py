@@ -21,6 +21,7 @@ from numba import cfunc
 
 from ..kernels import load_kernel
 from ..steps import GemmStep
+from .own import SERIAL
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SPLIT_MIN = 1 << 18  # multiply-adds below which one thread runs the whole GEMM
@@ -237,6 +238,7 @@ def bind_blas_step(
         product = _GEMV.format(
             row_major=ROW_MAJOR, op=op, rows=rows, cols=cols, incx=incx, bstep=bstep
         )
+    parts = 1 if SERIAL in step.label else parts
     source = _DRIVER.format(
         product=product,
         parallel=parts > 1,

@@ -25,6 +25,7 @@ from . import sgemm as sg
 from . import tiles
 
 OPENBLAS = "@openblas"  # in a step's label (its group's name): opt/egraph chose OpenBLAS for it
+SERIAL = "@serial"  # and: opt/egraph chose one thread for it (own sgemm or OpenBLAS)
 
 # every size is read from ``d`` at run time, so steps of one structure share a compiled driver
 _DRIVER = """\
@@ -87,7 +88,8 @@ SERIAL_WORK = 1 << 21
 def threads_for(step: GemmStep) -> int:
     """The threads a GEMM step runs on: one for a small one, else Numba's (starting its pool)."""
     parts = numba.get_num_threads()  # also starts Numba's thread pool (see blas)
-    return 1 if step.batch * step.m * step.n * step.k <= SERIAL_WORK else parts
+    small = step.batch * step.m * step.n * step.k <= SERIAL_WORK
+    return 1 if small or SERIAL in step.label else parts
 
 
 def takes(m: int, n: int, k: int) -> bool:

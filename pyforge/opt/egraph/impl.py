@@ -25,6 +25,8 @@ from .rules import Rule, Subst
 # but ResNet-18 measured 8-13% slower (median, three runs) with 4-5 convs moved to OpenBLAS
 # though each conv timed alone was faster there: a cost not seen kernel by kernel
 OPENBLAS_OPS = ("MatMul", "Gemm")
+# the anchors given a group's e-class (and so the one-thread alternative)
+GEMM_OPS = ("MatMul", "Gemm", "Conv")
 
 
 @dataclass
@@ -97,7 +99,7 @@ def find_groups(graph: Graph, taken: set[int]) -> list[GemmGroup]:
     out = []
     for members in _partition(graph, True):
         a = members[0]
-        if kind_of(a.op) != "gemm" or id(a) in taken or a.op not in OPENBLAS_OPS:
+        if kind_of(a.op) != "gemm" or id(a) in taken or a.op not in GEMM_OPS:
             continue
         if (
             a.outputs[0].dtype != np.float32
@@ -118,10 +120,13 @@ def find_groups(graph: Graph, taken: set[int]) -> list[GemmGroup]:
 class Backend:
     """The cpu runtime's GEMM facts: ``takes(m, n, k)``, whether own sgemm runs a GEMM this size
     (else OpenBLAS runs it either way: no alternative), and ``tag``, the label mark that sends a
-    step to OpenBLAS."""
+    step to OpenBLAS; ``splits(m, n, k, own)``, whether own sgemm (or OpenBLAS) runs it on
+    several threads (else no one-thread alternative), and ``serial``, the mark for one."""
 
     takes: Callable[[int, int, int], bool]
     tag: str
+    splits: Callable[[int, int, int, bool], bool] = lambda m, n, k, own: False
+    serial: str = "@serial"
 
 
 def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
@@ -132,6 +137,20 @@ def blas_rules(ok: Callable[[EGraph, Subst], bool]) -> list[Rule]:
         Rule(f"{op}-on-openblas", (op, "?x", "?w", "?b"), (f"{op}Blas", "?x", "?w", "?b"), ok)
         for op in ("GemmBias", "ConvBias")
     ]
+
+
+def serial_rules(splits: Callable[[EGraph, Subst, bool], bool]) -> list[Rule]:
+    """Each GEMM, on either implementation, on one thread as well, where ``splits(eg, s,
+    own)``: the runtime would split it over several (a split GEMM stalls whenever another
+    process holds one of its threads' cores)."""
+    out = []
+    for op in ("Gemm", "GemmBias", "ConvBias"):
+        kids = ("?g",) if op == "Gemm" else ("?x", "?w", "?b")
+        for impl, own in (("", True), ("Blas", False)):
+            ok = lambda eg, s, own=own: splits(eg, s, own)
+            name = f"{op}{impl}-on-one-thread"
+            out.append(Rule(name, (op + impl, *kids), (f"{op}{impl}Serial", *kids), ok))
+    return out
 
 
 def epilogue_rules(apart: Callable[[EGraph, Subst], bool], ok) -> list[Rule]:

@@ -24,6 +24,7 @@ from .impl import (
     epilogue_rules,
     find_groups,
     mark_openblas,
+    serial_rules,
     split_epilogue,
 )
 from .rules import Rule, SaturationReport, Subst, saturate
@@ -31,6 +32,8 @@ from .rules import Rule, SaturationReport, Subst, saturate
 # an OpenBLAS alternative is costed at this times its measured time: a kernel timed alone on a
 # loaded machine must look >= 10% cheaper than own sgemm before the plan leaves own sgemm
 OPENBLAS_MARGIN = 1.10
+# and a one-thread alternative at this: it must look >= 10% cheaper than the split GEMM
+SERIAL_MARGIN = 1.10
 # an epilogue run as a kernel of its own is charged this fraction of its fused group's own
 # sgemm time on top of its measured time: the cut must look >= 10% cheaper than the fused
 # group (the anchor and the group are timed apart; on a loaded machine they differ by noise)
@@ -62,6 +65,7 @@ class Report:
     searches: list[SearchLog] = field(default_factory=list)  # one per region
     seconds: float = 0.0
     predicted: tuple[float, float] = (0.0, 0.0)  # simulated seconds: greedy's plan, the chosen
+    one_thread: int = 0  # GEMMs (regions' and groups') chosen to run on one thread
 
     def search_line(self) -> str:
         s = self.searches
@@ -74,7 +78,7 @@ class Report:
             f"{sum(g.seconds for g in s) * 1e3:.1f} ms searching, {optimal}; "
             f"{sum(g.chosen.startswith('openblas') for g in self.groups)} of {len(self.groups)} "
             f"other GEMM groups on OpenBLAS, {sum(g.chosen.endswith('apart') for g in self.groups)}"
-            " with the epilogue apart"
+            f" with the epilogue apart, {self.one_thread} GEMMs on one thread"
         )
 
 
@@ -166,21 +170,22 @@ class _Costs:
         def shape(c: int) -> tuple:
             return _shape(self.eg, c, self.leaves)
 
-        if n.op in ("GemmBias", "GemmBiasBlas"):
-            kind = "gemm_bias" + "/blas" * (n.op == "GemmBiasBlas")
-            return kind, (shape(n.children[0]), shape(n.children[1])), "float32"
-        if n.op in ("Gemm", "GemmBlas"):  # a fused GEMM group: its spec is the leaf's payload
+        blas, serial = _impl(n.op)  # "XBlasSerial": X on OpenBLAS, on one thread
+        op, how = n.op.removesuffix("Serial").removesuffix("Blas"), "/blas" * blas
+        how += "@serial" * serial  # (costs.py: bound own_gemm=False; "@serial" in the label)
+        if op == "GemmBias":
+            return "gemm_bias" + how, (shape(n.children[0]), shape(n.children[1])), "float32"
+        if op == "Gemm":  # a fused GEMM group: its spec is the leaf's payload
             spec = next(iter(self.eg.nodes(n.children[0]))).payload
-            return "group" + "/blas" * (n.op == "GemmBlas"), (self.specs[spec],), "float32"
-        if n.op in ("GemmAnchor", "GemmAnchorBlas"):  # the group's anchor alone
+            return "group" + how, (self.specs[spec],), "float32"
+        if op == "GemmAnchor":  # the group's anchor alone
             spec = next(iter(self.eg.nodes(n.children[0]))).payload
-            return "group" + "/blas" * (n.op == "GemmAnchorBlas"), (self.parts[spec][0],), "float32"
-        if n.op == "Epilogue":  # the group's epilogue alone, reading the anchor's output
+            return "group" + how, (self.parts[spec][0],), "float32"
+        if op == "Epilogue":  # the group's epilogue alone, reading the anchor's output
             return "group", (self.parts[self._group(n)][1],), "float32"
-        if n.op in ("ConvBias", "ConvBiasBlas"):  # costed as the conv + bias it is
+        if op == "ConvBias":  # costed as the conv + bias it is
             x, attrs = self.convs[self.eg.find(n.children[0])]
-            kind = "group" + "/blas" * (n.op == "ConvBiasBlas")
-            return kind, (_conv_spec(x, attrs, shape(n.children[1])[-1]),), "float32"
+            return "group" + how, (_conv_spec(x, attrs, shape(n.children[1])[-1]),), "float32"
         if n.op == "Split":  # back into the parts the merged weight's Concat joined
             g = next(m for m in self.eg.nodes(n.children[0]) if m.op in ("GemmBias", "ConvBias"))
             cat = next(m for m in self.eg.nodes(g.children[1]) if m.op == "Concat")
@@ -207,7 +212,8 @@ class _Costs:
             whole, how_whole = self.cost("group", (self.specs[self._group(n)],), "float32")
             hows = "+".join(sorted({how, how_step, how_whole}))
             return seconds + step + EPILOGUE_GUARD * whole, hows
-        return seconds * (OPENBLAS_MARGIN if req[0].endswith("/blas") else 1.0), how
+        blas, serial = _impl(n.op)
+        return seconds * (OPENBLAS_MARGIN if blas else 1) * (SERIAL_MARGIN if serial else 1), how
 
     def total(self, n: ENode) -> tuple[float, str]:
         """An alternative's cost with its kernels' one level down (the region's GEMMs)."""
@@ -268,20 +274,29 @@ def optimise(
         greedy.append(ENode("Gemm", (eg.add(ENode("group", payload=i)),)))
         roots.append(eg.add(greedy[-1]))
 
-    def own_would_run(eg: EGraph, s: Subst) -> bool:
+    def mnk(eg: EGraph, s: Subst) -> tuple[tuple[int, int, int], bool]:
+        """The matched GEMM's (m, n, k) as own sgemm sees it, and whether it is a conv."""
         if "?g" in s:
-            return backend.takes(*report.groups[next(iter(eg.nodes(s["?g"]))).payload].mnk)
+            g = report.groups[next(iter(eg.nodes(s["?g"]))).payload]
+            return g.mnk, g.members[0].op == "Conv"
         x, w = _shape(eg, s["?x"], leaves), _shape(eg, s["?w"], leaves)
         rows, cols = int(np.prod(x[:-1])), w[-1]  # a conv's GEMM: output channels by pixels
-        if eg.find(s["?x"]) not in costs.convs:
-            return backend.takes(rows, cols, w[0])
-        return "Conv" in OPENBLAS_OPS and backend.takes(cols, rows, w[0])
+        conv = eg.find(s["?x"]) in costs.convs
+        return ((cols, rows, w[0]) if conv else (rows, cols, w[0])), conv
+
+    def own_would_run(eg: EGraph, s: Subst) -> bool:
+        size, conv = mnk(eg, s)
+        return (not conv or "Conv" in OPENBLAS_OPS) and backend.takes(*size)
+
+    def splits(eg: EGraph, s: Subst, own: bool) -> bool:
+        size = mnk(eg, s)[0]
+        return backend.splits(*size, own and backend.takes(*size))
 
     def has_epilogue(eg: EGraph, s: Subst) -> bool:
         return report.groups[next(iter(eg.nodes(s["?g"]))).payload].parts is not None
 
     if roots:
-        rules = RULES + (blas_rules(own_would_run) if backend else [])
+        rules = RULES + (blas_rules(own_would_run) + serial_rules(splits) if backend else [])
         if EPILOGUE_APART:
             rules += epilogue_rules(has_epilogue, own_would_run if backend else None)
         report.saturation = saturate(eg, rules, max_iterations=6)
@@ -300,45 +315,61 @@ def optimise(
     chosen = sum(g.incumbents[-1][1] for g in report.searches if g.incumbents)
     report.predicted = (sum(costs(eg.canonical(n)) for n in greedy), chosen)
     blas: list[Node] = []
+    serial: list[Node] = []
+
+    def impl(node: Node, op: str) -> None:  # ``node`` runs the e-node ``op`` chose
+        on_blas, one_thread = _impl(op)
+        (blas if on_blas else []).append(node)
+        (serial if one_thread else []).append(node)
+
     for r, root in zip(report.regions, roots):
         for n in sorted(eg.nodes(root), key=lambda n: n.op):  # apart, then merged
             r.alternatives["merged" if n.op == "Split" else "apart"] = costs.total(n)
         top = choice[eg.find(root)]
         r.chosen = "merged" if top.op == "Split" else "apart"
         if r.chosen == "merged":
-            merged = _merge(graph, r)
-            if choice[eg.find(top.children[0])].op.endswith("Blas"):
-                blas.append(merged)
+            impl(_merge(graph, r), choice[eg.find(top.children[0])].op)
         else:
-            blas += [mm for (mm, _), c in zip(r.gemms, top.children) if _blas(choice, eg, c)]
+            for (mm, _), c in zip(r.gemms, top.children):
+                impl(mm, choice[eg.find(c)].op)
     for g, root in zip(report.groups, roots[len(report.regions) :]):
         for n in eg.nodes(root):
             if n.op != "Epilogue":
-                g.alternatives["openblas" if n.op == "GemmBlas" else "own"] = costs.total(n)
+                g.alternatives[_name(n.op)] = costs.total(n)
                 continue
             e = costs(n)
             for a in eg.nodes(n.children[0]):  # the bare GEMM's own alternatives
                 t = costs(a)
                 hows = "+".join(sorted({costs.memo[n][1], costs.memo[a][1]} - {"free"}))
-                impl = "openblas" if a.op == "GemmAnchorBlas" else "own"
-                g.alternatives[f"{impl}, epilogue apart"] = (e + t, hows)
+                kind = "openblas" if a.op == "GemmAnchorBlas" else "own"
+                g.alternatives[f"{kind}, epilogue apart"] = (e + t, hows)
         top = choice[eg.find(root)]
         if top.op == "Epilogue":
             anchor = choice[eg.find(top.children[0])]
             g.chosen = ("openblas" if anchor.op == "GemmAnchorBlas" else "own") + ", epilogue apart"
             split_epilogue(graph, g)
-        elif top.op == "GemmBlas":
-            g.chosen = "openblas"
-        if g.chosen.startswith("openblas"):
+        else:
+            g.chosen = _name(top.op)
+            impl(g.members[0], top.op)
+        if g.chosen == "openblas, epilogue apart":
             blas.append(g.members[0])
     if backend:
         mark_openblas(blas, backend.tag)
+        mark_openblas(serial, backend.serial)
+    report.one_thread = len(serial)
     report.seconds = time.perf_counter() - t0
     return graph, report
 
 
-def _blas(choice: dict[int, ENode], eg: EGraph, c: int) -> bool:
-    return choice[eg.find(c)].op.endswith("Blas")
+def _impl(op: str) -> tuple[bool, bool]:
+    """Whether the e-node ``op`` runs its GEMM on OpenBLAS, and on one thread."""
+    return op.removesuffix("Serial").endswith("Blas"), op.endswith("Serial")
+
+
+def _name(op: str) -> str:
+    """A group's alternative as explain names it: "own", "openblas, one thread"..."""
+    blas, serial = _impl(op)
+    return ("openblas" if blas else "own") + ", one thread" * serial
 
 
 def _conv_spec(x: tuple, attrs: tuple, co: int) -> tuple:

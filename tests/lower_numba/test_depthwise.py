@@ -54,6 +54,7 @@ GEOMETRY = [
     ((1, 4, 9, 9), 4, 4, dict(kernel_shape=[1, 1])),
     ((1, 4, 15, 17), 4, 4, dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),
     ((1, 4, 16, 16), 4, 4, dict(kernel_shape=[5, 5], strides=[2, 2], pads=[1, 2, 2, 1])),
+    ((1, 3, 17, 19), 3, 3, dict(kernel_shape=[5, 4], strides=[3, 3], pads=[2, 4, 1, 3])),
     ((1, 3, 16, 16), 3, 3, dict(kernel_shape=[7, 7], pads=[3, 3, 3, 3])),
     ((1, 4, 12, 12), 4, 4, dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2])),
     ((1, 4, 12, 10), 4, 4, dict(kernel_shape=[3, 5], dilations=[1, 2], pads=[0, 3, 1, 1])),

@@ -52,7 +52,7 @@ def grouped_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> st
     with kb.at_row():
         dims = (H, W, C, OG, OW, kb.int_param(oh_, "OH"))
         pitch = _plane(kb, (xs, ws, t, plane), (n, co), dims, (cg, h, wd), geo)
-    _cpu(kb, f"{acc} = {plane}[{oh} * {pitch} + {ow}]")
+    _cpu(kb, f"{acc} = {plane}[u64({oh} * {pitch} + {ow})]")  # unsigned: no wrap, it vectorises
     _cuda_sum(kb, (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg), geo)
     return acc
 
@@ -83,17 +83,27 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
     _cpu(kb, f"{c0} = ({co} // {OG}) * {cg}")
     _cpu(kb, f"for {ci} in range({cg}):")
     _cpu(kb, f"for {r} in range({H}):", 1)
+    _cpu(kb, f"{src} = {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {r}) * {W}:]", 2)
     row = f"({ci} * {HP} + {r} + {pads[0]}) * {WR}"
+    # every phase's columns in one loop (an interleaved read LLVM vectorises; a strided read per
+    # phase it does not), then a phase's one extra column; u64 indices skip the negative wrap
+    phases = []  # (destination view, first column (in [0, sw)), count)
     for phase in range(sw):  # the input columns c - pl landing on places [lo, hi) of a phase
         lo, hi = -(-(pads[1] - phase) // sw), -(-(wd + pads[1] - phase) // sw)
         lo = max(lo, 0)
-        if hi <= lo:
-            continue
-        at = kb.int_param(lo * sw + phase - pads[1], "c")
-        _cpu(kb, f"{src} = {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {r}) * {W} + {at}:]", 2)
-        _cpu(kb, f"{dst} = {buf}[{row} + {phase} * {WQ} + {kb.int_param(lo, 'c')}:]", 2)
-        _cpu(kb, f"for {s} in range({kb.int_param(hi - lo, 'L')}):", 2)
-        _cpu(kb, f"{dst}[{s}] = {src}[{s} * {sw}]", 3)
+        if hi > lo:
+            phases.append((f"{dst}{phase}", lo * sw + phase - pads[1], hi - lo))
+            at = f"{row} + {phase} * {WQ} + {kb.int_param(lo, 'c')}"
+            _cpu(kb, f"{dst}{phase} = {buf}[{at}:]", 2)
+    both = min(count for _, _, count in phases)
+    shared = kb.int_param(both, "L")
+    _cpu(kb, f"for {s} in range({shared}):", 2)
+    for view, at, _ in phases:
+        _cpu(kb, f"{view}[{s}] = {src}[u64({s} * {sw} + {at})]", 3)
+    for view, at, count in phases:
+        if count > both:
+            _cpu(kb, f"for {s} in range({shared}, {kb.int_param(count, 'L')}):", 2)
+            _cpu(kb, f"{view}[{s}] = {src}[u64({s} * {sw} + {at})]", 3)
     _cpu(kb, f"for {q} in range({rows}):")
     _cpu(kb, f"{ar} = {out}[{q} * {pitch}:]", 1)
     if cg > 1:

@@ -1,7 +1,7 @@
 """Time the plan a new input signature compiles at predict, with a warm kernel cache.
 
     python scripts/new_shape_time.py [--model resnet50] [--target cpu] [--batches 1,2,4,8]
-                                     [--fresh-cache] [--algos] [--runs N]
+                                     [--fresh-cache] [--algos] [--runs N] [--reuse-algos]
 
 Compiles the model with a symbolic batch dim, predicts once at each batch (the first batch's
 plan comes from compile()), then once more at each: the second pass reuses every plan. Prints
@@ -15,6 +15,8 @@ process (compile + predict), so the measured process starts with exactly the fir
 kernels and cuBLASLt choices on disk. ``--algos`` (cuda, with --fresh-cache): after the run,
 whether each GEMM's tuned cuBLASLt algorithm at the new batch sizes is the first batch's.
 ``--runs N``: then the median of N predicts at each batch (the plans' steady-state speed).
+``--reuse-algos`` (an experiment, cuda): a GEMM shape not in the cuBLASLt cache takes the
+algorithm tuned for that GEMM at another batch size, untimed (``_reuse_algos``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--fresh-cache", action="store_true")
     ap.add_argument("--algos", action="store_true")
     ap.add_argument("--runs", type=int, default=0, help="then time N predicts at each batch")
+    ap.add_argument("--reuse-algos", action="store_true")
     ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -53,6 +56,9 @@ def main() -> None:
 
     import pyforge
     from pyforge.models import MODELS
+
+    if args.reuse_algos and not args.warm_only:
+        _reuse_algos()
 
     proto = MODELS[args.model](batch="batch")
     used0 = _device_used(args.target)
@@ -149,6 +155,29 @@ def _algo_report(cache: Path) -> None:
         )
         print(f"  n={k['n']} k={k['k']} {k['precision']} act={k['act']}: {row}")
     print(f"new batch sizes tuned to the first size's algorithm: {same} of {total} (* differs)")
+
+
+def _reuse_algos() -> None:
+    """The experiment: a GEMM missing from the cuBLASLt cache takes the algorithm tuned for the
+    same GEMM at another m / batch (all other fields equal) where cuBLASLt accepts it for this
+    shape, instead of timing candidates."""
+    from pyforge.exec.cuda import cublaslt
+
+    tune = cublaslt.LtGemm._tune
+    drop = ("m", "batch", "strides", "gpu", "cc", "lt")
+
+    def reuse(self, results):
+        mine = {k: v for k, v in self._key.items() if k not in drop}
+        for f in sorted(cublaslt._default_cache_dir().glob("*.json")):
+            e = json.loads(f.read_text())
+            if {k: v for k, v in e["key"].items() if k not in drop} == mine:
+                algo = np.frombuffer(bytes.fromhex(e["algo"]), np.uint64).copy()
+                if self._algo_ok(algo):
+                    self.reused = getattr(self, "reused", 0) + 1
+                    return algo, float("nan")
+        return tune(self, results)
+
+    cublaslt.LtGemm._tune = reuse
 
 
 def _device_used(target: str | None) -> int:

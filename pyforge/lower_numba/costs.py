@@ -158,6 +158,13 @@ def time_graphs(
     return [stat(t) for t in times]
 
 
+def load_class() -> str:
+    """ "busy" (a load average of at least one runnable process per core) or "idle": costs are
+    medians at the load they were measured at (a split GEMM on a busy machine stalls; on an idle
+    one it runs twice as fast as on one thread), so each class keeps its own."""
+    return "busy" if os.getloadavg()[0] >= (os.cpu_count() or 1) else "idle"
+
+
 def _base(kind: str) -> str:
     """The candidate a kind names: "group/blas@serial" is a "group" (bound for OpenBLAS, its
     GEMMs' names carrying the runtime's tag "@serial")."""
@@ -178,7 +185,7 @@ class CostModel:
 
     def __init__(self, target: str, make_runtime: Callable[[Any], Any] | None = None):
         self.target, self.make_runtime = target, make_runtime
-        self.device = device_name(target)
+        self.device, self.load = device_name(target), load_class()
         root = os.environ.get("PYFORGE_CACHE") or os.path.join(
             os.path.expanduser("~"), ".cache", "pyforge"
         )  # PYFORGE_COSTS: this table's file alone elsewhere (the kernel cache stays)
@@ -198,7 +205,7 @@ class CostModel:
         }
 
     def _key(self, kind: str, shapes: tuple, dtype: str) -> str:
-        return f"{self.device}|{kind}|{json.dumps(shapes)}|{dtype}"
+        return f"{self.device}|{self.load}|{kind}|{json.dumps(shapes)}|{dtype}"
 
     def seconds(self, kind: str, shapes: tuple, dtype: str) -> tuple[float, str]:
         key = self._key(kind, shapes, dtype)

@@ -38,8 +38,11 @@ def qkv_model(seed: int = 0):
 
 def seed_costs(tmp_path, monkeypatch, apart: float, merged: float) -> None:
     """A cost cache saying what each candidate kernel takes, so the choice is fixed."""
+    from pyforge.lower_numba import costs as cm
+
     monkeypatch.setenv("PYFORGE_COSTS", str(tmp_path / "costs.json"))
-    dev = device_name("cpu")
+    monkeypatch.setattr(cm, "load_class", lambda: "idle")  # costs are kept per load class
+    dev = f"{device_name('cpu')}|idle"
 
     def key(kind, shapes):
         return f"{dev}|{kind}|{json.dumps(shapes)}|float32"
@@ -367,7 +370,8 @@ def test_a_cost_measured_by_other_code_is_not_used(tmp_path, monkeypatch):
     shapes = ((1, 4, 8), (8, 8))
     dev = device_name("cpu")
     base = dev.rsplit(":", 1)[0]
-    key = f"|gemm_bias|{json.dumps(shapes)}|float32"
+    monkeypatch.setattr(cm, "load_class", lambda: "idle")
+    key = f"|idle|gemm_bias|{json.dumps(shapes)}|float32"
     table = {
         dev + key: 1.0,
         base + ":0123456789ab" + key: 2.0,
@@ -378,6 +382,9 @@ def test_a_cost_measured_by_other_code_is_not_used(tmp_path, monkeypatch):
     model = CostModel("cpu")
     assert model.seconds("gemm_bias", shapes, "float32") == (1.0, "cached")
     assert set(model.table) == {dev + key, "cuda:x" + key}
+    monkeypatch.setattr(cm, "load_class", lambda: "busy")  # measured idle: not a busy cost
+    assert CostModel("cpu").seconds("gemm_bias", shapes, "float32")[1] == "analytic"
+    monkeypatch.setattr(cm, "load_class", lambda: "idle")
     monkeypatch.setitem(cm._VERSIONS, "cpu", "fedcba987654")  # the code changed since
     seconds, how = CostModel("cpu").seconds("gemm_bias", shapes, "float32")
     assert how == "analytic" and seconds != 1.0

@@ -1,8 +1,8 @@
-"""Where a QDQ model's evaluations part: every QuantizeLinear output of pyforge against ORT with
+"""Where a QDQ model's evaluations part: every (Dynamic)QuantizeLinear output of pyforge against ORT with
 its graph optimisations off (which runs the QDQ graph as written), the first one that differs,
 and at each element where it differs the exact (float64) value of x / scale beside both.
 
-    python scripts/qdq_divergence.py minilm_l6_qstatic [--run 0|1]
+    python scripts/qdq_divergence.py minilm_l6_qstatic|minilm_l6_qdyn [--run 0|1]
 
 A float32 sum in another order moves x / scale by about 1e-6 steps; where that is a rounding
 tie (k + 0.5) the two round apart by one step, and every later layer re-quantises the
@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyforge
 from benchmarks import corpus
+
+DYNAMIC = "DynamicQuantizeLinear"  # scale and zero point are outputs, computed from x
 
 
 def _values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -59,10 +61,10 @@ def main() -> int:
     feeds = corpus.make_feeds(path, entry, args.run, seed=args.run + 1)
     model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
     info = {v.name: v for v in model.graph.value_info}
-    quants = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    quants = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", DYNAMIC)]
     outs = {o.name for o in model.graph.output}
     mms = [m for m in (_matmul_before(model, q) for q in quants) if m is not None]
-    for name in [x for q in quants for x in (q.input[0], q.output[0])] + [
+    for name in [x for q in quants for x in (q.input[0], *q.output)] + [
         i for m in mms for i in m.input
     ]:
         if name not in outs and name in info:
@@ -84,13 +86,16 @@ def main() -> int:
         print("every QuantizeLinear output equals ORT's (optimisations off)")
         return 0
     q, diff = first
-    scale = float(consts[q.input[1]].reshape(()))
-    exact = _exact(model, q, ref)
-    print(f"first: {q.name} (scale {scale:.6g})")
+    if q.op_type == DYNAMIC:  # each side's own scale and zero point (outputs of the node)
+        sides = [(src, float(src[q.output[1]]), float(src[q.output[2]])) for src in (got, ref)]
+    else:
+        sides = [(src, float(consts[q.input[1]].reshape(())), 0.0) for src in (got, ref)]
+    exact = _exact(model, q, ref) if q.op_type != DYNAMIC else None
+    print(f"first: {q.name} (scale pyforge {sides[0][1]:.9g}, ORT {sides[1][1]:.9g})")
     for at in (tuple(int(i) for i in d) for d in diff[:8]):
-        x = "" if exact is None else f"exact {exact[at] / scale:.9f}  "
-        pf, rt = float(np.asarray(got[q.input[0]])[at]), float(ref[q.input[0]][at])
-        print(f"  {at}: x/scale {x}pyforge {pf / scale:.9f}  ORT {rt / scale:.9f}")
+        x = "" if exact is None else f"exact {exact[at] / sides[1][1]:.9f}  "
+        pf, rt = ((float(np.asarray(src[q.input[0]])[at]) / sc + zp) for src, sc, zp in sides)
+        print(f"  {at}: x/scale + zero point {x}pyforge {pf:.9f}  ORT {rt:.9f}")
     return 0
 
 

@@ -82,6 +82,11 @@ def main() -> None:
             print(f"{rnd:5s} predict at batch {b}: {took:.2f} s")
             if rnd == "first" and b != batches[0]:
                 print("   " + _breakdown(model._current, _kernel_loads(before), took))
+    for b in batches[1:]:  # a new batch's last row against that image alone (the first plan)
+        x = rng.standard_normal((b, *shape[1:])).astype(np.float32)
+        last, alone = _host(model.predict(x))[-1:], _host(model.predict(x[-1:]))
+        print(f"batch {b}: last row vs that image at batch 1: max abs diff "
+              f"{float(np.abs(last - alone).max()):.2e}")  # fmt: skip
     for b in batches if args.runs else ():  # steady state: the median of N calls
         x = rng.standard_normal((b, *shape[1:])).astype(np.float32)
         times = []
@@ -104,6 +109,10 @@ def main() -> None:
         )
         if args.algos:
             _algo_report(Path(os.environ.get("PYFORGE_CACHE", "")) / "cublaslt")
+
+
+def _host(y):
+    return y.copy_to_host() if hasattr(y, "copy_to_host") else np.asarray(y)
 
 
 def _breakdown(bound, loads: tuple[int, int], took: float | None) -> str:

@@ -61,8 +61,17 @@ s9c)  # the ninth session's last call: decode and a 1024-token prefill with the 
   ;;
 s10)  # the tenth session: corpus models side by side (bash scripts/gpu_verify.sh s10 MODELS [seconds] [jobs]); wheel models from .corpus/
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-  [ -d .corpus ] && mkdir -p "${PYFORGE_CORPUS:=/tmp/corpus}" && cp -n .corpus/*.onnx "$PYFORGE_CORPUS"/ && export PYFORGE_CORPUS
+  [ -d .corpus ] && mkdir -p "${PYFORGE_CORPUS:=/tmp/corpus}" && cp .corpus/*.onnx "$PYFORGE_CORPUS"/ 2>/dev/null; export PYFORGE_CORPUS
+  for f in .corpus/*.f16; do [ -e "$f" ] && python3 scripts/corpus_pack.py unpack "$f" "$PYFORGE_CORPUS/$(basename "$f" .f16).onnx"; done
   step "${3:-540}" python3 benchmarks/corpus.py --target cuda --isolate --jobs "${4:-8}" --timeout 400 --runs 3 --models "$2" --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | grep -v "^|" | tail -60
+  ;;
+h3)  # issue 19: decode attention split over blocks, reading only the kept keys (contexts 256 and 1216)
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 70 python3 benchmarks/attention.py --target cuda --rounds 2 --calls 10 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -11
+  step 200 python3 benchmarks/generate_gpu.py --caches static --skip compile --new 32 --rounds 2 --budget 180 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -8
+  for c in 256 1216; do
+    step 100 python3 scripts/profile_decode.py --ctx $c --new 24 --top 8 2>&1 | grep -v -i warn | tee "$OUT/profile_decode_$c.txt" | grep -A9 -E "^--- device|cache, cuda" | tail -24
+  done
   ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8

@@ -46,8 +46,11 @@ class _Elementwise:
         elif tuple(v.shape) == tuple(self.shape):
             self.pointwise.append(v.name)
             at = f"{p}[i]"
-        else:
-            at = f"{p}[{self.kb.offset(broadcast_strides(v.shape, self.shape), self.coords())}]"
+        else:  # a read at coordinates (never negative): on the cpu through an unsigned index,
+            # as [i] is, or Numba's negative-index wrap keeps LLVM from vectorising the loop
+            off = self.kb.offset(broadcast_strides(v.shape, self.shape), self.coords())
+            at = self.kb.tmp("b")
+            self.kb.emit(f"{at} = {p}[u64({off})]", cuda=f"{at} = {p}[{off}]")
         # float16 is a storage type: widened at the load, rounded once at the store
         return f"f32({at})" if v.dtype == np.float16 else at
 

@@ -42,15 +42,15 @@ def grouped_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> st
     # float16 is storage only: summed in float32 (a cuda kernel must do no half arithmetic)
     t = "f32" if np.float16 in (x.dtype, w.dtype) else type_name(x.dtype)
     xs, ws = kb.tensor(x.name), kb.tensor(w.name)
-    (h, wd), (oh_, ow_) = spatial2d(x.shape), spatial2d(y.shape)
+    (h, wd), (oh_, _) = spatial2d(x.shape), spatial2d(y.shape)
     cg, og = w.shape[1], w.shape[0] // node.attrs["group"]
     geo = window2d(node)
     n, co, oh, ow = nc_oh_ow(coords)
     H, W, C = kb.int_param(h, "H"), kb.int_param(wd, "W"), kb.int_param(x.shape[1], "C")
-    OG, OW = kb.int_param(og, "OG"), kb.int_param(ow_, "OW")
+    OG = kb.int_param(og, "OG")
     acc, plane = kb.tmp("acc"), kb.tmp("out")
     with kb.at_row():
-        dims = (H, W, C, OG, OW, kb.int_param(oh_, "OH"))
+        dims = (H, W, C, OG, kb.int_param(oh_, "OH"))
         pitch = _plane(kb, (xs, ws, t, plane), (n, co), dims, (cg, h, wd), geo)
     _cpu(kb, f"{acc} = {plane}[u64({oh} * {pitch} + {ow})]")  # unsigned: no wrap, it vectorises
     _cuda_sum(kb, (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg), geo)
@@ -59,32 +59,36 @@ def grouped_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> st
 
 def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple, geo) -> str:
     """cpu, once per output plane (image, channel): its group's input channels copied into a
-    zero-padded buffer, then each output row one loop over the width, every tap a constant
-    offset into a row view (no bounds test, no index wrap: it vectorises). At stride 1 the
-    rows are one loop over the plane at the padded width (a 7-wide row fills no vector), the
-    padding columns computed and never read. Returns the output plane's row pitch."""
-    (xs, ws, t, out), (n, co), (H, W, C, OG, OW, OH), (cg, h, wd) = names, at, dims, sizes
+    zero-padded buffer, then the plane one loop over every tap, each a constant offset into a
+    view of the buffer (no bounds test, no index wrap: it vectorises). The buffer holds a
+    channel as sh x sw sub-planes (padded row R, column c at sub-plane (R % sh, c % sw), place
+    (R // sh, c // sw)): output (q, j) of any tap then reads place (q, j) plus a constant, so
+    the plane is one loop at the sub-plane's width (a 7-wide row fills no vector), the few
+    columns past the output's computed and never read. Returns the output plane's pitch."""
+    (xs, ws, t, out), (n, co), (H, W, C, OG, OH), (cg, h, wd) = names, at, dims, sizes
     (kh, kw), (sh, sw), (dh, dw), pads = geo
-    # a stride-s row is stored as s phases (padded column c at phase c % s, place c // s),
-    # so that every tap of a row of outputs reads consecutive elements
-    wq = -(-(wd + pads[1] + pads[3]) // sw)
-    HP, WQ, WR = (
-        kb.int_param(v, k) for v, k in ((h + pads[0] + pads[2], "HP"), (wq, "WQ"), (wq * sw, "WR"))
-    )
-    buf, c0, ci, r, s, q, j, wb = (kb.tmp(v) for v in ("pad", "g", "ci", "r", "s", "q", "j", "wb"))
-    src, dst, ar = kb.tmp("sx"), kb.tmp("dx"), kb.tmp("ar")
-    # once per thread: every plane rewrites the same interior, so the padding stays zero
+    planes = sh * sw
+    hq, wq = -(-(h + pads[0] + pads[2]) // sh), -(-(wd + pads[1] + pads[3]) // sw)
+    HQ, WQ = kb.int_param(hq, "HQ"), kb.int_param(wq, "WQ")
+    buf, c0, ci, r, s, j, wb = (kb.tmp(v) for v in ("pad", "g", "ci", "r", "s", "j", "wb"))
+    src, dst = kb.tmp("sx"), kb.tmp("dx")
+    # once per thread: every plane rewrites the same interior, so the padding stays zero; the
+    # last tap reads up to (kw - 1) * dw // sw past the end for a column never read
     kb.setup += [
-        f"{buf} = np.zeros({cg} * {HP} * {WR} + {(kw - 1) * dw}, {t})",
-        f"{out} = np.empty({OH} * {WR}, {t})",
+        f"{buf} = np.zeros({cg * planes} * {HQ} * {WQ} + {(kw - 1) * dw // sw}, {t})",
+        f"{out} = np.empty({OH} * {WQ}, {t})",
     ]
-    flat = (sh, sw) == (1, 1)
-    rows, width, pitch = ("1", f"{OH} * {WR}", WR) if flat else (OH, OW, OW)
+    width = f"{OH} * {WQ}"
     _cpu(kb, f"{c0} = ({co} // {OG}) * {cg}")
     _cpu(kb, f"for {ci} in range({cg}):")
     _cpu(kb, f"for {r} in range({H}):", 1)
     _cpu(kb, f"{src} = {xs}[(({n} * {C} + {c0} + {ci}) * {H} + {r}) * {W}:]", 2)
-    row = f"({ci} * {HP} + {r} + {pads[0]}) * {WR}"
+    rows = f"{r} + {pads[0]}"
+    sub, place = (
+        (f"{ci} * {planes} + ({rows}) % {sh} * {sw}", f"({rows}) // {sh}")
+        if sh > 1
+        else (f"{ci} * {sw}", rows)
+    )
     # every phase's columns in one loop (an interleaved read LLVM vectorises; a strided read per
     # phase it does not), then a phase's one extra column; u64 indices skip the negative wrap
     phases = []  # (destination view, first column (in [0, sw)), count)
@@ -93,7 +97,7 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
         lo = max(lo, 0)
         if hi > lo:
             phases.append((f"{dst}{phase}", lo * sw + phase - pads[1], hi - lo))
-            at = f"{row} + {phase} * {WQ} + {kb.int_param(lo, 'c')}"
+            at = f"(({sub} + {phase}) * {HQ} + {place}) * {WQ} + {kb.int_param(lo, 'c')}"
             _cpu(kb, f"{dst}{phase} = {buf}[{at}:]", 2)
     both = min(count for _, _, count in phases)
     shared = kb.int_param(both, "L")
@@ -104,29 +108,27 @@ def _plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes: tuple
         if count > both:
             _cpu(kb, f"for {s} in range({shared}, {kb.int_param(count, 'L')}):", 2)
             _cpu(kb, f"{view}[{s}] = {src}[u64({s} * {sw} + {at})]", 3)
-    _cpu(kb, f"for {q} in range({rows}):")
-    _cpu(kb, f"{ar} = {out}[{q} * {pitch}:]", 1)
     if cg > 1:
-        _cpu(kb, f"for {j} in range({width}):", 1)
-        _cpu(kb, f"{ar}[{j}] = {lit(0, t)}", 2)
-    _cpu(kb, f"for {ci} in range({cg}):", 1)
-    _cpu(kb, f"{wb} = ({co} * {cg} + {ci}) * {kh * kw}", 2)
+        _cpu(kb, f"for {j} in range({width}):")
+        _cpu(kb, f"{out}[{j}] = {lit(0, t)}", 1)
+    _cpu(kb, f"for {ci} in range({cg}):")
+    _cpu(kb, f"{wb} = ({co} * {cg} + {ci}) * {kh * kw}", 1)
     wv = [kb.tmp("w") for _ in range(kh * kw)]
     for k, v in enumerate(wv):
-        _cpu(kb, f"{v} = {ws}[{wb} + {k}]", 2)
-    views: dict[tuple[int, int], str] = {}  # (ky, phase) -> a view of that input row phase
+        _cpu(kb, f"{v} = {ws}[{wb} + {k}]", 1)
+    views: dict[tuple[int, int, int], str] = {}  # (sub-plane, row place) -> a view from there
     terms = []
     for ky in range(kh):
         for kx in range(kw):
-            phase, place = (kx * dw) % sw, (kx * dw) // sw
-            if (ky, phase) not in views:
-                views[ky, phase] = a = kb.tmp("a")
-                row = f"({ci} * {HP} + {q} * {sh} + {ky * dh}) * {WR} + {phase} * {WQ}"
-                _cpu(kb, f"{a} = {buf}[{row}:]", 2)
-            terms.append(f"{views[ky, phase]}[{j} + {place}] * {wv[ky * kw + kx]}")
-    _cpu(kb, f"for {j} in range({width}):", 2)
-    _cpu(kb, f"{ar}[{j}] {'+=' if cg > 1 else '='} " + " + ".join(terms), 3)
-    return pitch
+            (rq, rp), (cq, cp) = divmod(ky * dh, sh), divmod(kx * dw, sw)
+            if (rp, cp, rq) not in views:
+                views[rp, cp, rq] = a = kb.tmp("a")
+                at = f"(({ci} * {planes} + {rp * sw + cp}) * {HQ} + {rq}) * {WQ}"
+                _cpu(kb, f"{a} = {buf}[{at}:]", 1)
+            terms.append(f"{views[rp, cp, rq]}[{j} + {cq}] * {wv[ky * kw + kx]}")
+    _cpu(kb, f"for {j} in range({width}):", 1)
+    _cpu(kb, f"{out}[{j}] {'+=' if cg > 1 else '='} " + " + ".join(terms), 2)
+    return WQ
 
 
 def _cuda_sum(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, geo) -> None:

@@ -159,10 +159,11 @@ def time_graphs(
 
 
 def load_class() -> str:
-    """ "busy" (a load average of at least one runnable process per core) or "idle": costs are
-    medians at the load they were measured at (a split GEMM on a busy machine stalls; on an idle
-    one it runs twice as fast as on one thread), so each class keeps its own."""
-    return "busy" if os.getloadavg()[0] >= (os.cpu_count() or 1) else "idle"
+    """Whether the machine is "busy" (a load average above one runnable thread per core: more
+    than a compile's own threads) or "idle": costs are medians at the load they were measured at
+    (a split GEMM on a busy machine stalls; on an idle one it runs about twice as fast as on one
+    thread), so each class keeps its own."""
+    return "busy" if os.getloadavg()[0] > (os.cpu_count() or 1) else "idle"
 
 
 def _base(kind: str) -> str:

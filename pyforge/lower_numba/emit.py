@@ -209,6 +209,7 @@ class KernelCall:
     # cuda: an explicit (grid, threads per block) for kernels written for one launch shape
     # (tiled, shared memory); None: the grid-stride launch every other kernel takes
     launch: tuple | None = None
+    workspace: int = 0  # floats of an arena buffer lowering adds as the last argument
 
 
 @dataclass

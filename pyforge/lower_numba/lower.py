@@ -121,6 +121,9 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
         kb = KernelBuilder(label)
         n = low.emit(anchor, kb)  # an iteration count, or a whole call (tiled kernels)
         prog.steps.append(n if isinstance(n, KernelCall) else kb.build(n))
+        if prog.steps[-1].workspace:
+            ws = prog.temp(f"{anchor.outputs[0].name}::ws", (prog.steps[-1].workspace,), np.float32)
+            prog.steps[-1].args.append(("t", ws))
         prog.steps[-1].writes = [prog.add(anchor.outputs[0])]
         return
 

@@ -3,14 +3,18 @@ subprocess: the simulator must be on before numba is imported), and compiled to 
 
 import os
 
+import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+import pyforge
 from pyforge.compiler import compile_to_plan
 from pyforge.exec.steps import kernel_steps
-from tests.helpers import check_against_ort, run_in_simulator
+from tests.helpers import ATOL, RTOL, check_against_ort, run_in_simulator, run_ort
 from tests.opt.test_attention import core
 
 INSIDE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+TOL = dict(rtol=RTOL, atol=ATOL)
 
 CASES = {
     "additive_b_1_1_s": dict(b=1, h=2, sq=3, sk=5, d=4),
@@ -33,7 +37,7 @@ def test_attention_in_simulator():
 @pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_attention_case_in_simulator(case):
-    from pyforge.lower_numba.templates.attention import per_row
+    from pyforge.lower_numba.templates.attention_cuda import per_row
 
     shape = CASES[case]
     model, feeds = core(**shape)
@@ -42,6 +46,76 @@ def test_attention_case_in_simulator(case):
     rows = per_row(shape["sq"], shape["d"], shape["sk"])
     assert launch[0][0][0] == (shape["sq"] if rows else -(-shape["sq"] // 16))
     assert any("FusedAttention" in s.label for s in kernel_steps(compiled.plan.steps))
+
+
+def _cache_model(b: int, h: int, hk: int, sq: int, sk: int, d: int, fill: float):
+    """softmax(where(cond, q kᵀ / sqrt(d), fill)) v, cond a (b, 1, sq, sk) graph input as a static
+    KV cache's decoder gives it (rows past the valid length, before a sliding window); k and v
+    have hk heads, each repeated h // hk times (Unsqueeze, Expand, Reshape)."""
+    f32, n = TensorProto.FLOAT, helper.make_node
+    c = lambda name, a: numpy_helper.from_array(np.asarray(a), name)
+    inits = [c("sd", np.float32(np.sqrt(d))), c("fill", np.float32(fill)), c("ax2", [2])]
+    inits += [c("rep", [b, hk, h // hk, sk, d]), c("flat", [b, h, sk, d])]
+    nodes = []
+    for t in "kv":
+        nodes += [n("Unsqueeze", [t, "ax2"], [f"{t}u"]), n("Expand", [f"{t}u", "rep"], [f"{t}e"])]
+        nodes.append(n("Reshape", [f"{t}e", "flat"], [f"{t}r"]))
+    nodes += [
+        n("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", ["q", "kt"], ["s0"]),
+        n("Div", ["s0", "sd"], ["s1"]),
+        n("Where", ["cond", "s1", "fill"], ["s2"]),
+        n("Softmax", ["s2"], ["p"], axis=-1),
+        n("MatMul", ["p", "vr"], ["y"]),
+    ]
+    vi = helper.make_tensor_value_info
+    inputs = [vi("q", f32, [b, h, sq, d]), vi("k", f32, [b, hk, sk, d])]
+    inputs += [vi("v", f32, [b, hk, sk, d]), vi("cond", TensorProto.BOOL, [b, 1, sq, sk])]
+    graph = helper.make_graph(nodes, "cache", inputs, [vi("y", f32, [b, h, sq, d])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+# (shape, kept key ranges [(batch, row, lo, hi)], fill); every case splits the keys over blocks
+MASKED = {
+    # valid length 37 of 64, its two parts of 19 and 18 keys
+    "static_cache_decode_gqa": (dict(b=1, h=4, hk=1, sq=1, sk=64, d=8), [(0, 0, 0, 37)], -3.0e38),
+    "sliding_window_rows_batch": (dict(b=2, h=1, hk=1, sq=2, sk=64, d=4),
+                                  [(0, 0, 9, 40), (0, 1, 10, 52), (1, 0, 20, 61), (1, 1, 21, 63)],
+                                  float("-inf")),
+    # row 0 keeps nothing (a fill of -inf: NaN, as ORT), row 1 one key (its second part empty)
+    "keeps_nothing_inf": (dict(b=1, h=1, hk=1, sq=2, sk=64, d=4), [(0, 1, 30, 31)], float("-inf")),
+    # nothing kept under a finite fill: every key, equally weighted
+    "keeps_nothing_finite": (dict(b=1, h=1, hk=1, sq=1, sk=64, d=4), [], -3.0e38),
+}  # fmt: skip
+
+
+@pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
+@pytest.mark.parametrize("case", sorted(MASKED))
+def test_masked_decode_splits_keys_in_simulator(case):
+    from pyforge.lower_numba.templates.attention_cuda import splits
+
+    shape, ranges, fill = MASKED[case]
+    b, h, hk, sq, sk, d = (shape[x] for x in ("b", "h", "hk", "sq", "sk", "d"))
+    model = _cache_model(b, h, hk, sq, sk, d, fill)
+    rng = np.random.default_rng(11)
+    cond = np.zeros((b, 1, sq, sk), bool)
+    for bi, row, lo, hi in ranges:
+        cond[bi, 0, row, lo:hi] = True
+    cond[0, 0, -1, 50] = False  # a hole inside a range
+    feeds = {t: rng.standard_normal((b, hk, sk, d)).astype(np.float32) for t in "kv"}
+    feeds["q"] = rng.standard_normal((b, h, sq, d)).astype(np.float32) * 3
+    feeds["cond"] = cond
+    # keys no row keeps are never read: NaN there leaves ORT's answer on the finite inputs
+    # (ORT itself gives NaN: 0 * NaN)
+    unread = dict(feeds)
+    if not case.startswith("keeps"):
+        for t in "kv":
+            unread[t] = feeds[t].copy()
+            unread[t][:, :, ~cond.any(axis=(0, 1, 2))] = np.nan
+    compiled = pyforge.compile(model, target="cuda")
+    np.testing.assert_allclose(compiled.predict(unread), run_ort(model, feeds)[0], **TOL)
+    launch = [s.launch for s in kernel_steps(compiled.plan.steps) if "FusedAttention" in s.label]
+    assert splits(sq * h * b, sk) > 1 and launch[0][0] == (sq, h, b * splits(sq * h * b, sk))
 
 
 @pytest.mark.skipif(INSIDE, reason="NVVM, not the simulator")

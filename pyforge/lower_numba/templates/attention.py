@@ -4,14 +4,8 @@ cpu: one parallel tile per (batch, head): its keys (transposed) and values packe
 panels of own sgemm's MRx16 micro-kernel (exec/cpu/sgemm.py), then per block of qb query rows
 (qb x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
 (max, then emit.FEXP_CPU's vectorised exp and the sum in one loop) and written as the left panels of the second product; no BLAS
-call (OpenBLAS would start its own threads inside the parallel region).
-cuda, for few query rows or wide heads (a decode step): one block per (query row, head, batch),
-its scores in shared memory; else flash-attention style: one block per (query tile, head, batch); the K and V tiles go
-through shared memory; each query row's TPR threads take every TPR-th key of a tile, each with
-its own running max, sum and accumulator in registers, merged once at the end.
-The cpu kernel takes shapes and strides as int params (one compiled kernel per mask structure);
-the cuda kernel has them as literals (its local and shared arrays are sized by them). The cuda
-kernel's softmax is online (a running max and sum per query row, the accumulator rescaled).
+call (OpenBLAS would start its own threads inside the parallel region). Shapes and strides are
+int params (one compiled kernel per mask structure). The cuda kernels: attention_cuda.py.
 """
 
 from __future__ import annotations
@@ -30,9 +24,9 @@ from ..emit import (
 )
 from ..registry import lowering
 from ..scalar import lit
+from .attention_cuda import per_row, row_kernel, splits, tiled_kernel
 
 SCORES_CPU = 32768  # floats of a query block's scores (qb x keys): 128 KiB, within L2
-SHARED_FLOATS = 10240  # cuda: tiles + merge buffer, 40 KiB of the 48 KiB a block gets
 
 _CPU = """\
 from numba import njit, prange
@@ -168,26 +162,38 @@ else:
         sr[j] *= inv"""
 
 
-def _span(node: Node, names: list[str], num, row: str | None) -> str:
-    """cpu: ``lo, hi``, the keys from the first to the last one the mask keeps for query row
-    ``row`` (None: any row of the (batch, head)); every key outside is filled with a score far
-    below the kept ones (exp gives 0: skipping it is exact), so a static cache's rows past the
-    valid length or before a sliding window are never read. Every key where no mask allows it."""
-    a, pad = node.attrs, " " * (24 if row else 16)
-    if not a["mask"] or any(s != "where" for s in a["mask"]) or not a["fill"] <= -1e30:
-        return pad + f"lo, hi = 0, {num(_sk(node), 'SK')}"
-    q = node.inputs[0]
+def _skips(node: Node) -> bool:
+    """Whether skipping the keys no mask keeps is exact: every mask step a "where" filling far
+    below the kept scores (exp gives 0), so a static cache's rows past the valid length or
+    before a sliding window need never be read."""
+    a = node.attrs
+    return bool(a["mask"]) and all(s == "where" for s in a["mask"]) and a["fill"] <= -1e30
+
+
+def _kept(node: Node, names: list[str], num, row: str) -> str:
+    """The test that every mask step keeps key ``j`` of query ``row``."""
+    a, q = node.attrs, node.inputs[0]
     bsz, heads, sq, _ = (q.shape[p] for p in a["q_perm"])
-    sk = _sk(node)
-    full = (bsz, heads, sq, sk)
-    r, sk_n, sq_n = row or "ii", num(sk, "SK"), num(sq, "SQ")
+    full = (bsz, heads, sq, _sk(node))
     kept = []
     for m, name in zip(node.inputs[4:], names[4:-1]):
         mst = [num(z, "s") for z in broadcast_strides(m.shape, full)]
-        kept.append(f"{name}[{_at(mst, ('b', 'h', r, 'j'))}] == {lit(a['keep'], 'b1')}")
-    scan = [f"for j in range({sk_n}):", f"    if {' and '.join(kept)}:", "        lo = min(lo, j)",
+        kept.append(f"{name}[{_at(mst, ('b', 'h', row, 'j'))}] == {lit(a['keep'], 'b1')}")
+    return " and ".join(kept)
+
+
+def _span(node: Node, names: list[str], num, row: str | None) -> str:
+    """cpu: ``lo, hi``, the keys from the first to the last one the mask keeps for query row
+    ``row`` (None: any row of the (batch, head)); every key where no mask allows it, or where no
+    key is kept (as unfused)."""
+    pad, sk_n = " " * (24 if row else 16), num(_sk(node), "SK")
+    if not _skips(node):
+        return pad + f"lo, hi = 0, {sk_n}"
+    sq_n = num(node.inputs[0].shape[node.attrs["q_perm"][2]], "SQ")
+    kept = _kept(node, names, num, row or "ii")
+    scan = [f"for j in range({sk_n}):", f"    if {kept}:", "        lo = min(lo, j)",
             "        break", f"for j in range({sk_n} - 1, lo - 1, -1):",
-            f"    if {' and '.join(kept)}:", "        hi = max(hi, j + 1)", "        break"]  # fmt: skip
+            f"    if {kept}:", "        hi = max(hi, j + 1)", "        break"]  # fmt: skip
     if row is None:
         scan = [f"for ii in range({sq_n}):"] + ["    " + ln for ln in scan]
     body = [f"lo, hi = {sk_n}, 0", *scan, "if hi <= lo:  # no key kept: every key, as unfused",
@@ -197,195 +203,6 @@ def _span(node: Node, names: list[str], num, row: str | None) -> str:
 
 def _sk(node: Node) -> int:
     return node.inputs[1].shape[node.attrs["k_perm"][2]]
-
-
-_CUDA = """\
-from numba import cuda
-
-
-@cuda.jit(cache=True)
-def kernel(n, {params}):
-    tid = cuda.threadIdx.x
-    r = tid // {TPR}
-    lane = tid % {TPR}
-    h = cuda.blockIdx.y
-    b = cuda.blockIdx.z
-    hk = h // {G}
-    i = cuda.blockIdx.x * {BQ} + r
-    live = i < {SQ}
-    sh = cuda.shared.array({SHN}, f32)
-    sm = cuda.shared.array({NT}, f32)
-    sl = cuda.shared.array({NT}, f32)
-    qv = cuda.local.array({D}, f32)
-    acc = cuda.local.array({DV}, f32)
-    sc = {sc}
-    qr = {q_at}
-    for d in range({D}):
-        qv[d] = f32(0)
-        if live:
-            qv[d] = {q}[qr + d * {QD}] * sc
-    for d in range({DV}):
-        acc[d] = f32(0)
-    m = f32(-math.inf)
-    l = f32(0)
-    for k0 in range(0, {SK}, {BK}):
-        nk = min({BK}, {SK} - k0)
-        for e in range(tid, nk * {D}, {NT}):
-            j = e // {D}
-            kr = {k_at}
-            sh[j * {KP} + e % {D}] = {k}[kr + (e % {D}) * {KD}]
-        for e in range(tid, nk * {DV}, {NT}):
-            j = e // {DV}
-            vr = {v_at}
-            sh[{VOFF} + j * {VP} + e % {DV}] = {v}[vr + (e % {DV}) * {VD}]
-        cuda.syncthreads()
-        if live:
-            for j in range(lane, nk, {TPR}):
-                x = f32(0)
-                for d in range({D}):
-                    x += qv[d] * sh[j * {KP} + d]
-{mask}
-                if x > m:
-                    alpha = math.exp(m - x)
-                    l *= alpha
-                    for d in range({DV}):
-                        acc[d] *= alpha
-                    m = x
-                if x != -math.inf:
-                    p = math.exp(x - m)
-                    l += p
-                    for d in range({DV}):
-                        acc[d] += p * sh[{VOFF} + j * {VP} + d]
-        cuda.syncthreads()
-    sm[tid] = m
-    cuda.syncthreads()
-    top = f32(-math.inf)
-    for u in range({TPR}):
-        top = max(top, sm[r * {TPR} + u])
-    f = f32(0)
-    if m != -math.inf:
-        f = math.exp(m - top)
-    sl[tid] = l * f
-    for d in range({DV}):
-        sh[tid * {DV} + d] = acc[d] * f
-    cuda.syncthreads()
-    if live:
-        tot = f32(0)
-        for u in range({TPR}):
-            tot += sl[r * {TPR} + u]
-        orow = {o_at}
-        for d in range(lane, {DV}, {TPR}):
-            y = f32(0)
-            for u in range({TPR}):
-                y += sh[(r * {TPR} + u) * {DV} + d]
-            {o}[orow + d * {OD}] = y / tot
-"""
-
-
-# cuda, one block per query row (decode, few rows, wide heads): q in shared memory; per pass of
-# KT keys, C threads a key, each the dot over its chunk of the head dim, summed in shared memory;
-# the row's scores kept in shared memory for an exact softmax (max and sum by a tree); then each
-# thread one output dim over every C2-th key (coalesced V reads), the C2 parts summed
-_CUDA_ROW = """\
-from numba import cuda
-
-
-@cuda.jit(cache=True)
-def kernel(n, {params}):
-    tid = cuda.threadIdx.x
-    i = cuda.blockIdx.x
-    h = cuda.blockIdx.y
-    b = cuda.blockIdx.z
-    hk = h // {G}
-    ss = cuda.shared.array({SK}, f32)
-    qs = cuda.shared.array({D}, f32)
-    red = cuda.shared.array({NT}, f32)
-    sc = {sc}
-    qr = {q_at}
-    for d in range(tid, {D}, {NT}):
-        qs[d] = {q}[qr + d * {QD}] * sc
-    cuda.syncthreads()
-    c = tid // {KT}
-    j = tid % {KT}
-    m = f32(-math.inf)
-    for k0 in range(0, {SK}, {KT}):
-        part = f32(0)
-        if k0 + j < {SK}:
-            kr = {k_at}
-            for d in range(c * {DC}, min({D}, c * {DC} + {DC})):
-                part += qs[d] * {k}[kr + d * {KD}]
-        red[tid] = part
-        cuda.syncthreads()
-        if tid < {KT} and k0 + j < {SK}:
-            x = red[tid]
-            for u in range(1, {C}):
-                x += red[tid + u * {KT}]
-{mask}
-            ss[k0 + j] = x
-            m = max(m, x)
-        cuda.syncthreads()
-{mtree}
-    l = f32(0)
-    for e in range(tid, {SK}, {NT}):
-        p = f32(0)
-        if ss[e] != -math.inf:
-            p = math.exp(ss[e] - m)
-        ss[e] = p
-        l += p
-{ltree}
-    orow = {o_at}
-    k0 = 0
-{pv}
-"""
-# the output: C2 threads per dim, each every C2-th key, parts summed in shared memory
-_PV_PARTS = """\
-    d = tid % {DV}
-    c2 = tid // {DV}
-    y = f32(0)
-    if c2 < {C2}:
-        for j in range(c2, {SK}, {C2}):
-            vr = {v_at}
-            y += ss[j] * {v}[vr + d * {VD}]
-    red[tid] = y
-    cuda.syncthreads()
-    if tid < {DV}:
-        for u in range(1, {C2}):
-            y += red[tid + u * {DV}]
-        {o}[orow + d * {OD}] = y / l"""
-# the output when the dims outnumber the threads: each thread whole dims
-_PV_DIMS = """\
-    for d in range(tid, {DV}, {NT}):
-        y = f32(0)
-        for j in range({SK}):
-            vr = {v_at}
-            y += ss[j] * {v}[vr + d * {VD}]
-        {o}[orow + d * {OD}] = y / l"""
-ROW_THREADS = 512  # the per-row kernel's block
-ROW_CHUNKS = 4  # threads per key's dot product
-ROW_KEYS = 8192  # its scores in shared memory: 32 KiB
-
-
-def _tree(var: str, combine: str, nt: int) -> str:
-    """Every thread of the block ends with ``combine`` over all threads' ``var`` (a tree in
-    ``red``; the syncs also publish the block's writes to ``ss``)."""
-    lines = [f"red[tid] = {var}", "cuda.syncthreads()", f"w = {nt // 2}", "while w > 0:"]
-    lines += [
-        "    if tid < w:",
-        f"        red[tid] = {combine.format(a='red[tid]', v='red[tid + w]')}",
-    ]
-    lines += ["    cuda.syncthreads()", "    w //= 2", f"{var} = red[0]", "cuda.syncthreads()"]
-    return "\n".join("    " + ln for ln in lines)
-
-
-def per_row(sq: int, d: int, sk: int) -> bool:
-    """cuda: the per-row kernel for few query rows or wide heads (the tiled kernel gives such a
-    row one thread per TPR keys and sizes its registers by the head dim), scores within shared
-    memory."""
-    return sk <= ROW_KEYS and (sq <= 16 or d >= 128)
-
-
-def _pow2_floor(x: int) -> int:
-    return 1 << (max(x, 1).bit_length() - 1)
 
 
 def _at(strides: list[str], coords: tuple[str, ...]) -> str:
@@ -461,34 +278,24 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     cpu_f["softmax"] = "\n".join(" " * 24 + ln for ln in _ROW_SOFTMAX.splitlines())
     cpu_f["span_row"] = _span(node, names, kb.int_param, "i")
     cpu_f["span_all"] = _span(node, names, kb.int_param, None)
-    # cuda: literals (local and shared array sizes must be); the per-row kernel, or the tiled
-    # one: NT threads, BQ query rows of TPR threads each, the merge reusing the tile buffer
+    # cuda: literals (local and shared array sizes must be); the per-row kernel, or the tiled one
     lit_num = lambda value, hint: str(int(value))
     cuda_f = _fields(node, names, lit_num, False)
+    rows = per_row(sq, d, sk)
+    split = splits(sq * heads * bsz, sk) if rows else 1
+    if split > 1:  # the block counter, then the parts' buffer (lower.py adds it: workspace)
+        kb.params += ["err", "ws"]
+        kb.args.append(("e", 0))
     params = ", ".join(kb.params)
     cpu = HEADER + RUNTIME_MARK + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
-    if per_row(sq, d, sk):
-        nt, ch = ROW_THREADS, min(ROW_CHUNKS, d)
-        c2 = max(1, nt // dv)
-        cuda_f.update(NT=nt, C=ch, KT=nt // ch, DC=-(-d // ch), C2=c2)
+    if rows:
+        kept = _kept(node, names, lit_num, "i") if _skips(node) else None
         cuda_f["mask"] = _mask(node, names, lit_num, False, 12)
-        cuda_f["mtree"] = _tree("m", "max({a}, {v})", nt)
-        cuda_f["ltree"] = _tree("l", "{a} + {v}", nt)
-        cuda_f["pv"] = (_PV_PARTS if c2 > 1 else _PV_DIMS).format(**cuda_f)
-        cuda = HEADER + "\n" + _CUDA_ROW.format(params=params, **cuda_f)
-        grid = (sq, heads, bsz)
+        cuda, grid, nt = row_kernel(cuda_f, params, (bsz, heads, sq, d, dv, sk), split, kept)
     else:
-        kp, vp = d + 1, dv + 1
-        bk = min(64, SHARED_FLOATS // (kp + vp))
-        nt = min(128, _pow2_floor(SHARED_FLOATS // dv))
-        bq = min(16, 1 << max(sq - 1, 0).bit_length(), nt)
-        tpr = min(nt // bq, _pow2_floor(bk))
-        nt = bq * tpr
-        cuda_f.update(TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp)
-        cuda_f["SHN"] = max(bk * (kp + vp), nt * dv)
-        cuda = HEADER + "\n" + _CUDA.format(params=params, **cuda_f)
-        grid = (-(-sq // bq), heads, bsz)
+        cuda, grid, nt = tiled_kernel(cuda_f, params, (bsz, heads, sq, d, dv))
     key = hashlib.sha1(cpu.encode() + cuda.encode()).hexdigest()[:16]
     call = KernelCall(cpu, cuda, key, n, list(kb.args), kb.label)
     call.launch = (grid, nt)
+    call.workspace = sq * heads * bsz * split * (dv + 2) if split > 1 else 0
     return call

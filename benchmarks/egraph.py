@@ -24,6 +24,7 @@ import onnx
 
 import pyforge
 from pyforge import models
+from pyforge.lower_numba.costs import load_class
 
 CORPUS = os.environ.get("PYFORGE_CORPUS") or os.path.expanduser("~/.cache/pyforge-corpus")
 # the symbolic dims of corpus models whose other inputs are not text (batch 1 everywhere)
@@ -114,6 +115,7 @@ def bench(spec: str, runs: int, ab_epilogue: bool = False, control: bool = False
     greedy = pyforge.compile(model, target="cpu", **kw)
     greedy_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    klass = load_class()  # which of the cost table's two load classes the e-graph compiles use
     pyforge.compile(model, target="cpu", optimizer="egraph", **kw)  # fills the cost cache
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -185,14 +187,15 @@ def bench(spec: str, runs: int, ab_epilogue: bool = False, control: bool = False
     print(
         f"  search (warm cost cache) {rep.seconds * 1e3:.1f} ms: {line}; whole compile "
         f"{compile_s:.2f} s (first, measuring what the cost table lacked: {cold_s:.2f} s; greedy "
-        f"{greedy_s:.2f} s)",
+        f"{greedy_s:.2f} s); costs of the {klass} class",
         flush=True,
     )
     row = (
         f"| {spec} | {merged}/{len(rep.regions)} merged, {blas}/{len(rep.groups)} OpenBLAS | "
         f"{sim_g:.2f} -> {sim_e:.2f} | {g_med:.2f} -> {e_med:.2f} ({100 * (e_med / g_med - 1):+.1f}%)"
         f" | {g_min:.2f} -> {e_min:.2f} | {100 * (ratio - 1):+.1f}% [{100 * (lo - 1):+.1f}, "
-        f"{100 * (hi - 1):+.1f}] {verdict} | {loads[0]:.1f}-{loads[1]:.1f} | {rep.seconds * 1e3:.0f} ms |"
+        f"{100 * (hi - 1):+.1f}] {verdict} | {loads[0]:.1f}-{loads[1]:.1f} ({klass}) | "
+        f"{rep.seconds * 1e3:.0f} ms |"
     )
     return sim_g - sim_e, (1 - ratio) * g_med, row
 

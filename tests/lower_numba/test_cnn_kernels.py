@@ -95,3 +95,20 @@ def test_strided_maxpool_by_planes_matches_ort():
         x.flat[7::89] = -np.inf
         compiled, _ = check_against_ort(model, {"x": x}, rtol=0, atol=0)
         assert "np.empty(" in _sources(compiled), (shape, k, s)  # the plane buffers
+
+
+def test_global_average_pool_in_partial_sums_matches_ort():
+    """The cpu mean's 8 partial sums: planes of 1, 7 (all remainder), 15, 49 and 3136 positions,
+    a NaN and an inf reaching only their own channel's mean."""
+    for h, w in ((1, 1), (1, 7), (3, 5), (7, 7), (56, 56)):
+        x = (rng.standard_normal((2, 6, h, w)) + 3.0).astype(np.float32)
+        x[0, 1, 0, -1], x[1, 4, -1, 0] = np.nan, np.inf
+        model = make_model(
+            [helper.make_node("GlobalAveragePool", ["x"], ["y"])], [("x", np.float32, x.shape)],
+            [("y", np.float32, (2, 6, 1, 1))],
+        )  # fmt: skip
+        compiled, _ = check_against_ort(model, {"x": x})
+        assert "_7 += " in _sources(compiled) or h * w < 8
+        got = compiled.predict({"x": x}).reshape(2, 6)
+        assert np.isnan(got[0, 1]) and got[1, 4] == np.inf
+        assert np.isfinite(np.delete(got.ravel(), [1, 10])).all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Node
-from ..emit import KernelBuilder, type_name
+from ..emit import ROW_UNROLL, KernelBuilder, type_name
 from ..registry import lowering, register_lowering
 from ..scalar import lit, nan_max
 from .geometry import nc_oh_ow, spatial2d, window2d
@@ -172,17 +172,30 @@ def window_pool(node: Node, kb: KernelBuilder, oh: str, ow: str, H: str, W: str,
     return acc
 
 
-def global_reduce(node: Node, kb: KernelBuilder, hw: str, at) -> str:
-    """Max or mean over the ``hw`` spatial positions ``at(j)`` of one output (both layouts)."""
+def global_reduce(node: Node, kb: KernelBuilder, hw: str, at, at_cpu=None) -> str:
+    """Max or mean over the ``hw`` spatial positions ``at(j)`` of one output (both layouts).
+    A cpu mean reads ``at_cpu(j)`` (default ``at``) into ROW_UNROLL partial sums: one chain of
+    adds waits out each add's latency, and LLVM may not reorder float adds into vectors."""
     t = type_name(node.inputs[0].dtype)
     acc, j = kb.tmp("acc"), kb.tmp("j")
-    is_max = node.op.startswith("GlobalMaxPool")
-    kb.emit(f"{acc} = {lit(-np.inf, t) if is_max else lit(0, t)}")
-    kb.emit(f"for {j} in range({hw}):")
-    # any NaN makes the max NaN, as in the reference (np.max) and ORT for an all-NaN plane
-    kb.emit(f"{acc} = {nan_max(acc, at(j))}" if is_max else f"{acc} += {at(j)}", 1)
-    if not is_max:
-        kb.emit(f"{acc} = {acc} / {t}({hw})")
+    if node.op.startswith("GlobalMaxPool"):
+        kb.emit(f"{acc} = {lit(-np.inf, t)}")
+        kb.emit(f"for {j} in range({hw}):")
+        # any NaN makes the max NaN, as in the reference (np.max) and ORT for an all-NaN plane
+        kb.emit(f"{acc} = {nan_max(acc, at(j))}", 1)
+        return acc
+    at_cpu, U = at_cpu or at, ROW_UNROLL
+    parts = [f"{acc}_{u}" for u in range(U)]
+    cpu = [f"{', '.join(parts)} = {', '.join([lit(0, t)] * U)}"]
+    cpu.append(f"for {j} in range(0, {hw} - {U - 1}, {U}):")
+    cpu += [f"    {a} += {at_cpu(f'{j} + {u}' if u else j)}" for u, a in enumerate(parts)]
+    cpu += [f"for {j} in range({hw} - {hw} % {U}, {hw}):", f"    {parts[0]} += {at_cpu(j)}"]
+    while len(parts) > 1:
+        parts = [f"({parts[k]} + {parts[k + 1]})" for k in range(0, len(parts), 2)]
+    cpu.append(f"{acc} = {parts[0]}")
+    cuda = [f"{acc} = {lit(0, t)}", f"for {j} in range({hw}):", f"    {acc} += {at(j)}"]
+    kb.lines += [(ln, None) for ln in cpu] + [(None, ln) for ln in cuda]
+    kb.emit(f"{acc} = {acc} / {t}({hw})")
     return acc
 
 
@@ -194,4 +207,5 @@ def global_pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str
     HW, C = kb.int_param(hw, "HW"), kb.int_param(x.shape[1], "C")
     base = kb.tmp("b")
     kb.emit(f"{base} = ({coords[0]} * {C} + {coords[1]}) * {HW}")
-    return global_reduce(node, kb, HW, lambda j: f"{src}[{base} + {j}]")
+    at, at_cpu = (lambda j: f"{src}[{base} + {j}]"), (lambda j: f"{src}[u64({base} + {j})]")
+    return global_reduce(node, kb, HW, at, at_cpu)  # unsigned on the cpu: no negative wrap

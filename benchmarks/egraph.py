@@ -103,7 +103,9 @@ def ort_error(model, feeds, *plans) -> list[float]:
     return errs
 
 
-def bench(spec: str, runs: int, ab_epilogue: bool = False, control: bool = False) -> tuple:
+def bench(
+    spec: str, runs: int, ab_epilogue: bool = False, control: bool = False, ab_threads: bool = False
+) -> tuple:
     """Prints the model's figures; returns (predicted, measured) saving in ms and a table row
     (measured: the paired median ratio's saving of greedy's median). ``control``: a second
     greedy plan alternated too, the noise floor.
@@ -136,6 +138,14 @@ def bench(spec: str, runs: int, ab_epilogue: bool = False, control: bool = False
         eg, rep = eg_apart, eg_apart.details["egraph"]  # "egraph" below: with the alternative
         err_e = ort_error(model, feeds, eg)[0]
         plans = [("greedy", greedy), ("egraph", eg), ("fused", fused)]
+    if ab_threads:  # the e-graph plan without the one-thread alternative, alternated too
+        from pyforge.opt.egraph import parallel_gemm
+
+        saved, parallel_gemm.serial_rules = parallel_gemm.serial_rules, lambda splits: []
+        try:
+            plans.append(("split", pyforge.compile(model, target="cpu", optimizer="egraph", **kw)))
+        finally:
+            parallel_gemm.serial_rules = saved
     if control:  # a second, independent greedy plan: the noise floor of identical plans
         plans.append(("greedy again", pyforge.compile(model, target="cpu", **kw)))
     times, loads = alternate(plans, feeds, runs)
@@ -171,6 +181,14 @@ def bench(spec: str, runs: int, ab_epilogue: bool = False, control: bool = False
         print(
             f"  control (a second greedy plan / greedy): median {100 * (c - 1):+.1f}%, interval "
             f"[{100 * (c_lo - 1):+.1f}%, {100 * (c_hi - 1):+.1f}%]"
+        )
+    if ab_threads:
+        t, t_lo, t_hi = paired(times["split"], times["greedy"])
+        srep = dict(plans)["split"].details["egraph"]
+        print(
+            f"  without the one-thread alternative: simulated {srep.predicted[1] * 1e3:.3f} ms, "
+            f"paired /greedy {100 * (t - 1):+.1f}% [{100 * (t_lo - 1):+.1f}%, "
+            f"{100 * (t_hi - 1):+.1f}%]"
         )
     if ab_epilogue:
         f_med, f_min = statistics.median(times["fused"]) * 1e3, min(times["fused"]) * 1e3
@@ -252,12 +270,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run a second greedy plan, alternated: the noise floor of identical plans",
     )
+    ap.add_argument(
+        "--ab-threads",
+        action="store_true",
+        help="also run the e-graph plan without the one-thread alternative, alternated",
+    )
     args = ap.parse_args(argv)
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    out = [bench(spec, args.runs, args.ab_epilogue, args.control) for spec in args.models]
+    ab = args.ab_epilogue, args.control, args.ab_threads
+    out = [bench(spec, args.runs, *ab) for spec in args.models]
     print(HEADER, *(row for _, _, row in out), sep="\n")
     if len(out) > 2:
         r = float(np.corrcoef(np.array([o[:2] for o in out]).T)[0, 1])

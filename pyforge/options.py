@@ -150,8 +150,9 @@ class CompileOptions:
                 cannot make padding exact (``frontend/buckets.py``)
     memory_limit  bytes the plan's arena and weights may take, checked before they are
                 allocated (default: 75% of physical memory)
-    optimizer   "greedy" (default) | "egraph": cpu only; GEMMs that share an input merged or kept
-                apart per region by branch and bound over measured kernel costs (opt/egraph/)
+    optimizer   "greedy" (default) | "egraph": cpu only; per GEMM, by branch and bound over its
+                kernels' costs measured here at the machine's load (opt/egraph/): GEMMs sharing
+                an input merged or apart, own sgemm or OpenBLAS, split over threads or on one
     state       {output: input}: each pair is one buffer kept across calls (a KV cache), outside
                 the arena, never fed; the op making the output (a ScatterND into the input)
                 writes it in place; ``predict`` returns it as a view

@@ -182,6 +182,10 @@ class CompiledModel:
         self._plans: OrderedDict[tuple, _Bound] = OrderedDict()
         self._current: _Bound | None = None  # the most recently used; read without the lock
         self._deferred = ""  # why compile() built no plan; the first predict builds one
+        # compile()'s plan for the free dims as 1, bound (and JIT-compiled) only when predict
+        # asks for that signature or stats/runtime need it: (signature, plan, details)
+        self._pending: tuple[tuple, ExecutionPlan, dict | None] | None = None
+        self._progress = progress  # compile()'s: reports the pending plan's bind and JIT too
         self._padding: Any = None  # frontend.buckets.Padding when compiled with buckets=
         self.state: dict[str, str] = dict(plan.state) if plan is not None else {}  # out -> in
         self._state_lock = threading.Lock()  # one call at a time: the plans share the state
@@ -194,14 +198,19 @@ class CompiledModel:
         self._max_plans = 1
         self._source: _Source | None = None  # set by compile(): what more plans are built from
 
-    def _last(self) -> _Bound:
+    def _last(self, bind: bool = True) -> _Bound:
+        """The most recently used plan; compile()'s pending one (bound first where ``bind``)."""
+        if self._current is None and self._pending is not None:
+            if not bind:
+                return _Bound(self._pending[1], None, self._pending[2], {})
+            return self._plan_for(self._pending[0])
         if self._current is None:
             raise errors.InputError(f"no plan yet: {self._deferred}; the first predict builds one")
         return self._current
 
     @property
     def plan(self) -> ExecutionPlan:
-        return self._last().plan
+        return self._last(bind=False).plan
 
     @property
     def runtime(self) -> Any:
@@ -209,10 +218,13 @@ class CompiledModel:
 
     @property
     def details(self) -> dict[str, Any] | None:
-        return self._last().details
+        return self._last(bind=False).details
 
     @property
     def stats(self) -> dict[str, Any]:
+        """Figures of the most recently used plan (compile()'s pending plan is bound first)."""
+        if self._current is None and self._pending is not None:
+            self._last()
         if self._current is None:
             return {"target": self.target, "plans": [], "deferred": self._deferred}
         s = self._current.stats
@@ -235,7 +247,7 @@ class CompiledModel:
     @property
     def outputs(self) -> list[TensorSpec]:
         """The outputs, with the most recently used plan's shapes."""
-        if self._current is None:
+        if self._current is None and self._pending is None:
             return [TensorSpec(n, None, None) for n in self._source.output_names]
         return [TensorSpec(*s) for s in self.plan.signature(self.plan.outputs)]
 
@@ -279,10 +291,12 @@ class CompiledModel:
 
     def _plan_for(self, key: tuple | None) -> _Bound:
         current = self._current
-        if key is None:
-            if current is None:
+        if key is None:  # wrong names: the plan's own check says which
+            if current is None and self._pending is None:
                 raise errors.InputError(f"predict takes inputs {self._names}")
-            return current
+            if current is not None:
+                return current
+            key = self._pending[0]
         if (
             current is not None and self._plans.get(key) is current
         ):  # the steady state: the same signature again
@@ -292,6 +306,12 @@ class CompiledModel:
             bound = self._plans.get(key)
             if bound is not None:
                 self._plans.move_to_end(key)
+            elif self._pending is not None and self._pending[0] == key:
+                _, plan, details = self._pending
+                bound = self._plans[key] = _bind_like(plan, self, details, self._progress)
+                self._pending = None
+                while len(self._plans) > self._max_plans:
+                    self._plans.popitem(last=False)
             elif self._source is None:
                 raise _loaded_shape_error(self._current.plan, shapes)
             else:
@@ -393,15 +413,23 @@ class _Source:
         signature = bind(self.specs, {**state, **{k: v for k, v in shapes.items() if k != _VALID}})
         opts = replace(self.options, input_shapes=signature)
         plans = tuple(b.plan for b in model._plans.values())  # build_plan takes their weights
+        plans += (model._pending[1],) if model._pending is not None else ()
         plan, details = compile_to_plan(
             self.proto, opts, padding=model._padding, cache=self.cache, like=plans
         )
         model._share_weights(plan)
-        like = next((b for b in model._plans.values() if b.plan.weights is plan.weights), None)
-        like = like or next(iter(model._plans.values()), None)
-        bound = _bind(plan, model.target, model.runtime_options, details, None, like)
+        bound = _bind_like(plan, model, details)
         bound.details = None  # its graph would hold one more copy of the weights per plan
         return bound
+
+
+def _bind_like(plan: ExecutionPlan, model: CompiledModel, details: dict | None, progress=None):
+    """``plan`` bound beside ``model``'s held plans: sharing their state, and the packed weights
+    of the one whose weights array it took."""
+    held = list(model._plans.values())
+    like = next((b for b in held if b.plan.weights is plan.weights), None)
+    like = like or next(iter(held), None)
+    return _bind(plan, model.target, model.runtime_options, details, progress, like)
 
 
 def compile(
@@ -419,7 +447,9 @@ def compile(
 
     Shapes: a symbolic dim (``batch``, ``seq``) is bound by ``predict``, one plan per input
     signature; ``compile`` builds the first plan with ``input_shapes`` and every dim still free
-    as 1. ``input_shapes={"input_ids": (1, 128)}`` fixes an input's shape, and each symbol it
+    as 1 (so a model that cannot compile fails here), but binds and JIT-compiles it only when
+    ``predict`` asks for that signature (or ``stats``, ``runtime`` are read); with no dim free it
+    binds at once. ``input_shapes={"input_ids": (1, 128)}`` fixes an input's shape, and each symbol it
     binds in every input; a name that is not a graph input, a wrong rank or a contradicted fixed
     dim is an ``OptionError`` naming input and dim.
 
@@ -506,11 +536,22 @@ def compile(
         # the 1s may be what is inconsistent (a past length beside a new one, say): the first
         # predict, which brings real shapes, builds the first plan instead
         plan, details = None, None
-        why = f"with the free dims {free} as 1 the model does not compile ({e})"
-    compiled = CompiledModel(plan, target, runtime, details=details, progress=progress)
-    if plan is None:
+        why = (
+            f"with the free dims {free} as 1 the model does not compile ({e}); "
+            "input_shapes={name: shape} fixes them at compile"
+        )
+    free = free_symbols(specs)  # a signature predict may never ask for: bound when it does
+    eager = None if free else plan
+    compiled = CompiledModel(eager, target, runtime, details=details, progress=progress)
+    if eager is None:
         compiled._names = [s.name for s in specs if s.name not in (options.state or {}).values()]
-        compiled._deferred, compiled.state = why, dict(options.state or {})
+        compiled.state = dict(options.state or {})
+    if plan is None:
+        compiled._deferred = why
+    elif eager is None:
+        compiled._names = list(plan.inputs)
+        key = tuple(shape for _, shape, _ in plan.signature(compiled._names))
+        compiled._pending = (key, plan, details)
     compiled._max_plans = options.max_plans
     compiled._padding = padding
     compiled._source = _Source(proto, options, specs, cache)

@@ -67,6 +67,7 @@ def test_plans_of_one_model_share_one_weights_array(dynamic_mlp):
 
 def test_max_plans_evicts_the_least_recently_used(dynamic_mlp):
     model = pyforge.compile(dynamic_mlp, target="cpu", max_plans=1)
+    _check(model, dynamic_mlp, _x(1))
     first = model.plan
     _check(model, dynamic_mlp, _x(2))
     assert model.stats["plans"] == [{"x": (2, 256)}]
@@ -183,6 +184,7 @@ def test_a_model_the_default_ones_cannot_compile_waits_for_the_first_predict():
     proto = make_model([node], [("a", np.float32, [1, "s"])], [("y", np.float32, [1, 3])], [w])
     model = pyforge.compile(proto, target="cpu")
     assert model.stats["plans"] == [] and "a[1]=s" in model.stats["deferred"]
+    assert "input_shapes={name: shape} fixes them" in model.stats["deferred"]
     with pytest.raises(
         pyforge.errors.InputError, match=r"no plan yet: .*free dims \['a\[1\]=s'\] as 1"
     ):
@@ -201,7 +203,7 @@ def test_an_unnamed_dim_shows_as_none_and_binds_on_its_own():
     x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
     model, _ = check_against_ort(proto, {"x": x})
     assert model.inputs[0].shape == (None, 4)
-    assert model.stats["plans"] == [{"x": (1, 4)}, {"x": (3, 4)}]
+    assert model.stats["plans"] == [{"x": (3, 4)}]  # compile's (1, 4) plan never bound
 
 
 def test_threads_bringing_new_signatures_each_get_their_plan():
@@ -271,7 +273,7 @@ def test_a_new_shape_reuses_the_models_initializers_and_folds(monkeypatch):
     model = pyforge.compile(proto, target="cpu")
     cache = model._source.cache
     assert len(reads) == len(proto.graph.initializer) and cache.folds_computed == 4
-    assert len(warm_ups) == 1
+    assert not warm_ups  # compile's plan (batch 1) is bound only when predict asks for it
     weights = model.plan.weights
     ys = {}
     for batch in (3, 2):
@@ -320,3 +322,34 @@ def test_const_cache_folds_read_only_arrays_once_and_by_identity():
     b.flags.writeable = False
     cache.fold(twice, (2,), (b,))  # equal bytes, another array: computed again
     assert len(calls) == 5 and cache.folds_computed == 3
+
+
+def test_a_bad_attribute_at_the_default_ones_names_the_free_dims_and_input_shapes():
+    # gpt2 with past: a constant Gather index 1 over a past of length 1
+    idx = onnx.numpy_helper.from_array(np.array([1], np.int64), "i")
+    node = helper.make_node("Gather", ["a", "i"], ["y"], axis=1)
+    proto = make_model([node], [("a", np.float32, [2, "p"])], [("y", np.float32, [2, 1])], [idx])
+    model = pyforge.compile(proto, target="cpu")
+    why = model.stats["deferred"]
+    assert "bad attribute in op 'Gather'" in why and "a[1]=p" in why and "input_shapes=" in why
+    a = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict(a), a[:, 1:2])
+
+
+def test_compile_binds_its_ones_plan_only_when_predict_asks_for_it(dynamic_mlp, monkeypatch):
+    binds = []
+    real = pyforge._bind
+    monkeypatch.setattr(pyforge, "_bind", lambda plan, *a: binds.append(plan) or real(plan, *a))
+    model = pyforge.compile(dynamic_mlp, target="cpu")
+    ones = model.plan  # built and checked at compile, not bound
+    assert not binds and ones.signature(["x"])[0][1] == (1, 256)
+    assert model.outputs[0].shape == (1, 10) and model.details["pass_ops"]
+    _check(model, dynamic_mlp, _x(4))
+    assert binds[-1] is not ones and model.stats["plans"] == [{"x": (4, 256)}]
+    assert model.plan.weights is ones.weights  # the 4s plan took the compiled one's weights
+    _check(model, dynamic_mlp, _x(1))
+    assert binds[-1] is ones and model.plan is ones and len(binds) == 2
+    again = pyforge.compile(dynamic_mlp, target="cpu")
+    assert again.stats["plans"] == [{"x": (1, 256)}] and binds[-1] is again.plan  # stats binds
+    fixed = pyforge.compile(dynamic_mlp, target="cpu", input_shapes={"x": (2, 256)})
+    assert binds[-1] is fixed.plan  # nothing free: bound at compile

@@ -1,6 +1,7 @@
 """A model cut in two around a node that needs run-time data (``DataDependentError``).
 
-The first stage computes what the node needs, and every value of its own that the rest reads;
+The first stage computes every node imported before it (what it needs among them), and every
+value of its own that the rest reads;
 between the stages the node runs on the host when its output shape depends on its data
 (NonZero, NonMaxSuppression...), and the tensors it needs as constants (a shape, pads, k) are
 read; the second stage is then an ordinary model with static shapes, built for each run's
@@ -16,7 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import DataDependentError
-from .checks import outer_names
+from .checks import check_model, outer_names
 
 
 def node_reads(node: onnx.NodeProto) -> list[str]:
@@ -103,17 +104,14 @@ def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
     needs = node_reads(node) if host is not None else list(err.values)
     if any(n not in top for n in needs):
         raise err
-    cone: set[int] = set()
-    todo = [made_by[n] for n in needs if n in made_by]
-    while todo:
-        i = todo.pop()
-        if i not in cone:
-            cone.add(i)
-            todo += [made_by[n] for n in node_reads(g.node[i]) if n in made_by]
+    # the first stage: every node the importer took before this one (so the rest, imported
+    # again, starts here rather than re-importing the nodes that no later cut needs)
+    order = [i for i, _ in check_model(proto)[1]]
+    taken = set(order[: order.index(err.top)])
     static = _static(g, inits)
-    first_nodes = [n for i, n in enumerate(g.node) if i in cone]
+    first_nodes = [n for i, n in enumerate(g.node) if i in taken]
     rest_nodes = [
-        n for i, n in enumerate(g.node) if (i not in cone or i in static) and n is not host
+        n for i, n in enumerate(g.node) if (i not in taken or i in static) and n is not host
     ]
     made_first = {o for n in first_nodes for o in n.output if o}
     early = made_first - {o for i in static for o in g.node[i].output}

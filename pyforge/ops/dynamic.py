@@ -59,6 +59,52 @@ def _corners(boxes: np.ndarray, center: bool) -> np.ndarray:
     )
 
 
+def _iou(c: np.ndarray, area: np.ndarray, i, j) -> np.ndarray:
+    h = np.minimum(c[i, 2], c[j, 2]) - np.maximum(c[i, 0], c[j, 0])
+    w = np.minimum(c[i, 3], c[j, 3]) - np.maximum(c[i, 1], c[j, 1])
+    inter = np.where((h > 0) & (w > 0), h * w, 0.0)
+    union = area[i] + area[j] - inter
+    valid = (inter > 0) & (area[i] > 0) & (area[j] > 0) & (union > 0)
+    return np.divide(inter, union, out=np.zeros_like(inter), where=valid)
+
+
+def _greedy(c, area, keep, max_out: int, iou_max: float, chunk: int = 1 << 20) -> list[int]:
+    """Of the boxes ``keep`` (best first), each that no better chosen one overlaps by more than
+    ``iou_max``. Only pairs whose y ranges meet can overlap: those are found by sorting on y0
+    (in pieces of ``chunk`` pairs), so the loop over ``keep`` reads short lists."""
+    c, area, m = c[keep], area[keep], len(keep)
+    by_y = np.argsort(c[:, 0], kind="stable")
+    ends = np.searchsorted(c[by_y, 0], c[by_y, 2], side="right")
+    counts = np.maximum(ends - np.arange(m) - 1, 0)
+    firsts = np.cumsum(counts) - counts
+    later, better = [], []
+    start = 0
+    while start < m:
+        stop = max(start + 1, int(np.searchsorted(firsts, firsts[start] + chunk)))
+        n = counts[start:stop]
+        a = np.repeat(np.arange(start, stop), n)
+        offsets = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+        i, j = by_y[a], by_y[a + 1 + offsets]  # ranks in keep (0 = best) of each pair
+        hit = _iou(c, area, i, j) > iou_max
+        later.append(np.maximum(i, j)[hit])
+        better.append(np.minimum(i, j)[hit])
+        start = stop
+    later, better = np.concatenate(later or [[]]), np.concatenate(better or [[]])
+    order = np.argsort(later, kind="stable")
+    bounds = np.searchsorted(later[order], np.arange(m + 1)).tolist()
+    better = better[order].astype(np.int64)
+    taken = np.zeros(m, bool)
+    chosen: list[int] = []
+    for r in range(m):
+        if len(chosen) >= max_out:
+            break
+        lo, hi = bounds[r], bounds[r + 1]
+        if lo == hi or not taken[better[lo:hi]].any():
+            taken[r] = True
+            chosen.append(int(keep[r]))
+    return chosen
+
+
 def _nms(node: Node, xs):
     boxes, scores = xs[0], xs[1]
     rest = [None if a is None or np.size(a) == 0 else np.asarray(a).reshape(-1)[0] for a in xs[2:5]]
@@ -73,21 +119,7 @@ def _nms(node: Node, xs):
             s = scores[b, k]
             keep = np.arange(len(s)) if rest[2] is None else np.flatnonzero(s > rest[2])
             keep = keep[np.argsort(-s[keep], kind="stable")]  # best first, ties by index
-            chosen: list[int] = []
-            for i in keep:
-                if len(chosen) >= max_out:
-                    break
-                if chosen:
-                    j = np.asarray(chosen)
-                    h = np.minimum(c[i, 2], c[j, 2]) - np.maximum(c[i, 0], c[j, 0])
-                    w = np.minimum(c[i, 3], c[j, 3]) - np.maximum(c[i, 1], c[j, 1])
-                    inter = np.where((h > 0) & (w > 0), h * w, 0.0)
-                    union = area[i] + area[j] - inter
-                    valid = (inter > 0) & (area[i] > 0) & (area[j] > 0) & (union > 0)
-                    iou = np.divide(inter, union, out=np.zeros_like(inter), where=valid)
-                    if np.any(iou > iou_max):
-                        continue
-                chosen.append(int(i))
+            chosen = _greedy(c, area, keep, max_out, iou_max)
             found += [(b, k, i) for i in chosen]
     return [np.array(found, dtype=np.int64).reshape(-1, 3)]
 

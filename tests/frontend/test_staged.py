@@ -129,6 +129,34 @@ def test_non_max_suppression(center):
     _check(model, feeds)
 
 
+def test_non_max_suppression_of_many_overlapping_boxes_takes_what_ort_takes():
+    # torchvision's batched NMS: every class in one call, boxes on a coarse grid (ties, repeats)
+    rng = np.random.default_rng(5)
+    xy = rng.integers(0, 30, (1, 400, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.integers(1, 12, (1, 400, 2))], -1).astype(np.float32)
+    scores = (rng.integers(0, 50, (1, 2, 400)) / 50).astype(np.float32)
+    nodes = [helper.make_node("NonMaxSuppression", ["b", "s", "m", "iou"], ["sel"])]
+    inits = [("m", np.int64([1000])), ("iou", np.float32([0.4]))]
+    inputs = [("b", T.FLOAT, [1, 400, 4]), ("s", T.FLOAT, [1, 2, 400])]
+    _check(_model(nodes, inputs, ["sel"], inits), [{"b": boxes, "s": scores}])
+
+
+def test_greedy_suppression_in_pieces_is_the_one_box_at_a_time_loop():
+    from pyforge.ops.dynamic import _greedy, _iou
+
+    rng = np.random.default_rng(6)
+    for _ in range(20):
+        c = rng.integers(0, 12, (60, 4)).astype(np.float64)
+        c = np.concatenate([np.minimum(c[:, :2], c[:, 2:]), np.maximum(c[:, :2], c[:, 2:])], 1)
+        area = (c[:, 2] - c[:, 0]) * (c[:, 3] - c[:, 1])
+        keep, cap = rng.permutation(60)[:50], int(rng.integers(1, 60))
+        want: list[int] = []
+        for i in keep:
+            if len(want) < cap and not (_iou(c, area, i, np.array(want, int)) > 0.3).any():
+                want.append(int(i))
+        assert _greedy(c, area, keep, cap, 0.3, chunk=7) == want
+
+
 @pytest.mark.parametrize("attrs", [{}, {"sorted": 0}, {"axis": 0}])
 def test_unique_and_compress(attrs):
     nodes = [

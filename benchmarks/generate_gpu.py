@@ -1,10 +1,13 @@
 """Gemma 3 270M text generation on one GPU: pyforge (cuda) against HF transformers, eager and
 static cache + torch.compile, on the same random weights (speed does not depend on the values;
-the GGUF file is too large to send to the GPU machine). Greedy, batch 1, fp32.
+the GGUF file is too large to send to the GPU machine). Greedy, batch 1, fp32 (pyforge also at
+each of ``--precision``: fp16 compiles with precision="fp16", GEMMs on float16 weights).
 
     python benchmarks/generate_gpu.py            # prompts 5, 128, 1024; 128 new tokens
     python benchmarks/generate_gpu.py --quick    # prompts 5, 128; 32 new tokens
     python benchmarks/generate_gpu.py --device cpu --tiny --skip eager,compile   # a smoke test
+    python benchmarks/generate_gpu.py --quick --ctx 256 --caches static --precision fp32,fp16 \
+        --skip eager,compile   # pyforge's decode, fp32 against fp16, alternated
 
 pyforge runs twice, with the KV cache kept in place (``cache="static"``: state slots, one decode
 plan and one CUDA graph for every step) and in the concat layout (past fed, present copied
@@ -71,8 +74,9 @@ def hf_config(c, attn: str = "eager"):
     return cfg
 
 
-def hf_model(c, weights: dict[str, np.ndarray], device: str, attn: str = "eager"):
-    """transformers' Gemma3ForCausalLM holding ``weights`` (GGUF-named, as gemma3.py takes)."""
+def hf_model(c, weights: dict[str, np.ndarray], device: str, attn: str = "eager", dtype="fp32"):
+    """transformers' Gemma3ForCausalLM holding ``weights`` (GGUF-named, as gemma3.py takes),
+    its parameters in ``dtype`` (fp32, bf16 or fp16)."""
     import torch
     import transformers
 
@@ -85,7 +89,8 @@ def hf_model(c, weights: dict[str, np.ndarray], device: str, attn: str = "eager"
     if unexpected or [k for k in missing if k != "lm_head.weight"]:
         raise RuntimeError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
-    model = model.to(device).eval()
+    kind = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    model = model.to(device=device, dtype=kind).eval()
     return model
 
 
@@ -187,6 +192,40 @@ def measure_alternating(gens: dict, ids: list[int], new: int, rounds: int) -> di
     }  # fmt: skip
 
 
+def profile_steps(gen, reps: int = 20) -> list[tuple[str, int, float]]:
+    """The latest plan's (a decode step's, after a generate) device time by step kind: each
+    step's launches ``reps`` times in a CUDA graph of its own, timed by events (no host gaps).
+    (kind, steps, us a token), the largest first; a GEMM's kind names m x n x k and its dtype."""
+    from numba import cuda
+
+    from pyforge.exec.cuda.graph import CudaGraph
+
+    rt, rows = gen.model.runtime.first, {}
+    t0, t1 = cuda.event(), cuda.event()
+    t0.record(rt.stream)
+    for _ in range(reps):
+        rt.graph.replay()
+    t1.record(rt.stream)
+    t1.synchronize()
+    rows["(the plan's own graph, all steps)"] = 0, cuda.event_elapsed_time(t0, t1) * 1e3 / reps
+    for step, call in zip(rt.plan.steps, rt.calls, strict=True):
+        if hasattr(step, "m"):
+            kind = f"GEMM {step.m}x{step.n}x{step.k} {rt.plan.slots[step.d].dtype}"
+        else:
+            kind = step.label.split(" ")[0]
+        g, t0, t1 = CudaGraph(rt.stream), cuda.event(), cuda.event()
+        g.capture(lambda call=call: [call() for _ in range(reps)])
+        g.replay()
+        t0.record(rt.stream)
+        g.replay()
+        t1.record(rt.stream)
+        t1.synchronize()
+        n, us = rows.get(kind, (0, 0.0))
+        rows[kind] = n + 1, us + cuda.event_elapsed_time(t0, t1) * 1e3 / reps
+        g.close()
+    return sorted(((k, n, us) for k, (n, us) in rows.items()), key=lambda r: -r[2])
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         import torch
@@ -241,6 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ctx", type=int, default=0, help="max_context (default: what fits)")
     ap.add_argument("--rounds", type=int, default=3, help="pyforge generates per layout")
     ap.add_argument("--new", type=int, default=0, help="new tokens (default 128, --quick 32)")
+    ap.add_argument("--precision", default="fp32", help="pyforge's precisions: fp32,fp16,bf16")
+    ap.add_argument("--profile", action="store_true", help="cuda: decode device time by step")
+    ap.add_argument("--hf-dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     args = ap.parse_args(argv)
     deadline = time.monotonic() + args.budget
     skip = set(args.skip.split(","))
@@ -265,13 +307,18 @@ def main(argv=None) -> int:
     weights = gemma3.random_weights(config, seed=0)
     table = Table(lengths, new, deadline)
     target = "cuda" if device == "cuda" else "cpu"
-    gens = {
-        f"pyforge {target} fp32, {cache} cache": pyforge.TextGenerator.from_config(
-            config, weights, target=target, max_context=ctx, cache=cache
-        )
-        for cache in args.caches.split(",")
-        if cache
-    }
+    gens = {}
+    for p in filter(None, args.precision.split(",")):
+        for cache in filter(None, args.caches.split(",")):
+            name = f"pyforge {target} {p}, {cache} cache"
+            try:  # one that fails to build or run is reported; the others still run
+                gens[name] = pyforge.TextGenerator.from_config(
+                    config, weights, target=target, max_context=ctx, precision=p, cache=cache
+                )
+                gens[name].generate(prompt(5, config.vocab), max_new_tokens=2)
+            except Exception as e:  # noqa: BLE001
+                gens.pop(name, None)
+                print(f"  {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     print(f"decoders built and compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     done = {}
     for n in lengths:  # each length's figures printed as they come: a long run may be cut
@@ -281,23 +328,35 @@ def main(argv=None) -> int:
                   f"({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
     for name in gens:
         table.run(name, lambda n, name=name: done[n][name])
+    for name, gen in gens.items() if args.profile and target == "cuda" else ():
+        try:
+            rows = profile_steps(gen)
+        except Exception as e:  # noqa: BLE001  (the table below still prints)
+            print(f"  {name}: profile failed: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        print(
+            f"\n{name}: decode device time by step kind (a graph per step, whose sum "
+            f"{sum(r[2] for r in rows if r[1]):.1f} us leaves out the gaps between steps)"
+        )
+        for kind, n, us in rows[:16]:
+            print(f"  {kind:40s} {n:4d} steps {us:9.1f} us")
     gens = None  # their plans and caches go before the next peer loads
     if "eager" not in skip:
-        model = hf_model(config, weights, device)
+        model = hf_model(config, weights, device, dtype=args.hf_dtype)
         table.run("HF eager (forward loop)",
                   lambda n: measure_hf_eager_loop(model, prompt(n, config.vocab), new, device))  # fmt: skip
         table.run("HF eager generate()",
                   lambda n: measure_hf(model, prompt(n, config.vocab), new, device))  # fmt: skip
         del model
     if "compile" not in skip:
-        model = hf_model(config, weights, device, attn="sdpa")
+        model = hf_model(config, weights, device, attn="sdpa", dtype=args.hf_dtype)
         table.run("HF static cache + torch.compile",
                   lambda n: measure_hf(model, prompt(n, config.vocab), new, device, static=True),
                   need_s=60)  # fmt: skip
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     version = torch.__version__ if torch else "(no torch)"
-    table.print(f"Gemma 3 {'tiny' if args.tiny else '270M'} (random weights), batch 1, fp32, "
-                f"greedy, {new} new tokens, max_context {ctx}; {name}; torch {version}; "
+    table.print(f"Gemma 3 {'tiny' if args.tiny else '270M'} (random weights), batch 1, "
+                f"HF {args.hf_dtype}, greedy, {new} new tokens, max_context {ctx}; {name}; torch {version}; "
                 f"{time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     return 0
 

@@ -268,6 +268,11 @@ class TextGenerator:
         """A Gemma 3 decoder (``gemma3.Gemma3Config`` and its GGUF-named weights), the cache
         ``"static"`` (kept in place: the default on cuda, and on the cpu up to
         ``CPU_STATIC_ROWS`` of max_context) or ``"concat"``; the rest as ``from_onnx``.
+        ``precision``: as ``gemma3.build_decoder`` (matrices stored so, computed in float32),
+        but "fp16" on cuda compiles the float32 decoder with precision="fp16": its GEMMs read
+        float16 weights and activations on cuBLASLt's fp16 tensor cores (float32 accumulate);
+        the KV cache, norms, attention and the residual stream stay float32 (the logits come
+        back float32, rounded to float16 by the vocabulary GEMM).
 
         >>> c = gemma3.Gemma3Config.tiny()
         >>> gen = TextGenerator.from_config(c, gemma3.random_weights(c), target="cpu")"""
@@ -280,7 +285,11 @@ class TextGenerator:
         cache = cache or ("static" if static else "concat")
         if cache == "static":
             kw["state"] = gemma3.state_map(config)
-        proto = gemma3.build_decoder(config, weights, precision, "last", max_context, cache)
+        if half := target == "cuda" and precision == "fp16":
+            kw["precision"] = "fp16"
+        proto = gemma3.build_decoder(
+            config, weights, "fp32" if half else precision, "last", max_context, cache
+        )
         return cls.from_onnx(proto, tokenizer, target=target, max_context=max_context, **kw)
 
     def reset(self) -> None:

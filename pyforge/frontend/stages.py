@@ -110,6 +110,14 @@ def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
     taken = set(order[: order.index(err.top)])
     static = _static(g, inits)
     first_nodes = [n for i, n in enumerate(g.node) if i in taken]
+    # the rest computes again the constant-only nodes it reads (so they stay constants there)
+    wanted = {o.name for o in g.output} | set(node_reads(host) if host is not None else ())
+    wanted.update(r for i, n in enumerate(g.node) if i not in taken for r in node_reads(n))
+    for i in reversed([i for i in order if i in taken and i in static]):
+        if wanted.intersection(g.node[i].output):
+            wanted.update(node_reads(g.node[i]))
+        else:
+            static.discard(i)
     rest_nodes = [
         n for i, n in enumerate(g.node) if (i not in taken or i in static) and n is not host
     ]

@@ -59,6 +59,23 @@ def test_nonzero_feeds_later_ops():
     assert m.stats["stages"]["rest plans held"] >= 2  # the count of nonzeros differs per seed
 
 
+def test_the_rest_starts_at_the_cut_and_keeps_only_the_constants_it_reads():
+    nodes = [
+        helper.make_node("Add", ["s", "s"], ["s2"]),  # constant-only, read before the cut only
+        helper.make_node("Mul", ["s", "s"], ["s3"]),  # constant-only, read after it
+        helper.make_node("Mul", ["x", "s2"], ["a"]),
+        helper.make_node("Relu", ["x"], ["r"]),  # not needed by the NonZero: first stage too
+        helper.make_node("NonZero", ["a"], ["nz"]),
+        helper.make_node("Cast", ["nz"], ["nf"], to=T.FLOAT),
+        helper.make_node("ReduceSum", ["nf"], ["n"], keepdims=0),
+        helper.make_node("Mul", ["r", "s3"], ["y"]),
+    ]
+    model = _model(nodes, [("x", T.FLOAT, [3, 4])], ["y", "n"], [("s", np.float32([2.0]))])
+    m = _check(model, [{"x": _rand(s, (3, 4))} for s in range(2)])
+    rest = [n.output[0] for n in m._cut._rest_nodes]
+    assert rest == ["s3", "nf", "n", "y"] and m._cut.host.op_type == "NonZero"
+
+
 def test_gather_by_nonzero_indices():
     # y = x[x > 0]: the pattern torch exports for boolean indexing
     nodes = [

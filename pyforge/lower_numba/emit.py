@@ -26,7 +26,7 @@ _CPU = """\
 from numba import njit, prange
 {tiles}{helpers}
 
-@njit(parallel={parallel}, cache=True, nogil=True)
+@njit(parallel={parallel}, cache=True, nogil=True{fast})
 def kernel(n, {params}):
 {pre}{loop}
 """
@@ -474,8 +474,17 @@ class KernelBuilder:
             pre += "".join(f"    {line}\n" for line in self.setup)
         tiles = _TILES if parallel else ""
         helpers = cpu_helpers(loop)
+        # where fexp / ferf are inlined, their polynomials as fused multiply-adds: no less exact,
+        # and without it each step is a multiply and an add (EfficientNet's SiLU 0.40 -> 0.26 ms)
+        fast = ', fastmath={"contract"}' if helpers else ""
         cpu = _CPU.format(
-            params=params, parallel=parallel, pre=pre, tiles=tiles, loop=loop, helpers=helpers
+            params=params,
+            parallel=parallel,
+            pre=pre,
+            tiles=tiles,
+            loop=loop,
+            helpers=helpers,
+            fast=fast,
         )
         cpu = HEADER + "\n" + cpu
         cuda = HEADER + cuda_helpers(cuda) + "\n" + cuda

@@ -6,7 +6,9 @@ or torch's scaled_dot_product_attention in a CUDA graph (cuda), alternated in on
 Workloads (seeded random weights, batch 1, additive (B, 1, 1, S) padding mask):
 ``minilm`` a MiniLM-L6-sized encoder (6 layers, hidden 384, 12 heads, FFN 1536, seq 128);
 ``bert_layer`` one BERT-base-sized layer (hidden 768, 12 heads, FFN 3072, seq 128);
-``attn`` attention alone on q/k/v (1, 12, 128, 64); ``decode`` one query against 512 keys.
+``attn`` attention alone on q/k/v (1, 12, 128, 64); ``decode`` one query against 512 keys;
+``prefill_d256`` (only by --only) Gemma 3's prefill of 1024 tokens (4 heads of 256; on cuda also
+the fused kernel with the prefill kernel off: the per-row kernel).
 Per round each contender runs ``--calls`` predicts; a figure is the median of the round
 medians, [min-max] over rounds. On cuda, inputs and outputs stay on the device (pyforge takes
 Numba device arrays) and torch (when installed) runs the same q/k/v through SDPA captured in a
@@ -35,6 +37,7 @@ WORKLOADS = {
     "bert_layer": dict(layers=1, hidden=768, heads=12, ffn=3072, seq=128),
     "attn": dict(heads=12, sq=128, sk=128, d=64),
     "decode": dict(heads=12, sq=1, sk=512, d=64),
+    "prefill_d256": dict(heads=4, sq=1024, sk=1024, d=256),
 }
 
 
@@ -127,6 +130,20 @@ def attention(heads, sq, sk, d):
 
 
 @contextlib.contextmanager
+def prefill_kernel(on: bool):
+    """cuda: the wide-head prefill kernel, or (off) the per-row kernel in its place."""
+    from pyforge.lower_numba.templates import attention as lowering
+
+    saved = lowering.prefill
+    if not on:
+        lowering.prefill = lambda sq, d, dv: False
+    try:
+        yield
+    finally:
+        lowering.prefill = saved
+
+
+@contextlib.contextmanager
 def attention_pass(on: bool):
     """The pipeline with the attention pass replaced by a no-op while off."""
     saved = passes.PASSES["attention"]
@@ -173,10 +190,13 @@ def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
     want = sess.run(None, feeds)[0]  # the parity reference on both targets
     if target == "cpu":
         runs["ORT"] = lambda: [sess.run(None, feeds) for _ in range(calls)]
-    for on in (True, False):
-        with attention_pass(on):
+    configs = [(True, True, "fused"), (False, True, "unfused")]
+    if target == "cuda" and spec.get("d", 0) >= 128 and spec.get("sq", 0) > 16:
+        configs.append((True, False, "fused per-row"))
+    for on, pre, name_ in configs:
+        with attention_pass(on), prefill_kernel(pre):
             compiled = pyforge.compile(model, target=target)
-        label = f"pyforge {'fused' if on else 'unfused'}"
+        label = f"pyforge {name_}"
         got = compiled.predict(feeds)
         info[label] = compiled.stats["launches"]
         if want is not None:
@@ -206,7 +226,8 @@ def main() -> None:
     ap.add_argument("--target", choices=["cpu", "cuda"], default=None)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
-    ap.add_argument("--only", default=",".join(WORKLOADS))
+    default = [w for w in WORKLOADS if w != "prefill_d256"]  # its 3 plans at 1024 rows: --only
+    ap.add_argument("--only", default=",".join(default))
     args = ap.parse_args()
     target = args.target or pyforge.default_target()
     rows = []

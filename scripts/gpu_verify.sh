@@ -73,6 +73,12 @@ h3)  # issue 19: decode attention split over blocks, reading only the kept keys 
     step 100 python3 scripts/profile_decode.py --ctx $c --new 24 --top 8 2>&1 | grep -v -i warn | tee "$OUT/profile_decode_$c.txt" | grep -A9 -E "^--- device|cache, cuda" | tail -24
   done
   ;;
+h6)  # issue 19: wide-head prefill attention (K/V tiles shared by 16 query rows) vs the per-row kernel; Gemma 3 prompts 5/128/1024
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 170 python3 benchmarks/prefill_attention.py --rounds 5 --calls 10 2>&1 | grep -v -i warn | tee "$OUT/prefill_attention.txt" | tail -8
+  step 70 python3 benchmarks/attention.py --target cuda --rounds 3 --calls 10 --only prefill_d256,decode 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -8
+  step 240 python3 benchmarks/generate_gpu.py --caches static --skip compile --new 8 --rounds 2 --budget 220 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -8
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -118,9 +118,43 @@ def test_masked_decode_splits_keys_in_simulator(case):
     assert splits(sq * h * b, sk) > 1 and launch[0][0] == (sq, h, b * splits(sq * h * b, sk))
 
 
+# prefill of wide heads (the kernel sharing K/V tiles among 16 query rows): (b, h, hk, sq, sk, d,
+# window per batch, fill); query i at position i of a static cache, keeping keys i - w + 1 .. i
+PREFILL = {
+    "d256_gqa_windows_batch": (2, 4, 1, 24, 40, 256, (10, 5), float("-inf")),
+    "d128_causal_finite_fill": (1, 2, 2, 40, 40, 128, (40,), -3.0e38),
+}
+
+
+@pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
+@pytest.mark.parametrize("case", sorted(PREFILL))
+def test_prefill_shares_key_tiles_in_simulator(case):
+    from pyforge.lower_numba.templates.attention_cuda import PRE_THREADS, prefill
+
+    b, h, hk, sq, sk, d, windows, fill = PREFILL[case]
+    model = _cache_model(b, h, hk, sq, sk, d, fill)
+    rng = np.random.default_rng(5)
+    pos, key = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    cond = np.stack([(key <= pos) & (key > pos - w) for w in windows])[:, None]
+    if b > 1:
+        cond[1, 0, 3] = False  # a row keeping nothing: NaN under -inf, as ORT
+    feeds = {t: rng.standard_normal((b, hk, sk, d)).astype(np.float32) for t in "kv"}
+    feeds["q"] = rng.standard_normal((b, h, sq, d)).astype(np.float32) * 3
+    feeds["cond"] = cond
+    # keys past the prompt are never read (batch 1's empty row reads every key, as unfused)
+    unread = {t: a.copy() for t, a in feeds.items()}
+    for t in "kv":
+        unread[t][0, :, sq:] = np.nan
+    compiled = pyforge.compile(model, target="cuda")
+    np.testing.assert_allclose(compiled.predict(unread), run_ort(model, feeds)[0], **TOL)
+    launch = [s.launch for s in kernel_steps(compiled.plan.steps) if "FusedAttention" in s.label]
+    assert prefill(sq, d, d) and launch[0] == ((-(-sq // 16), h, b), PRE_THREADS)
+
+
 @pytest.mark.skipif(INSIDE, reason="NVVM, not the simulator")
 @pytest.mark.parametrize(
-    "case", ["bert", "gemma_decode", pytest.param("gqa_decode", marks=pytest.mark.slow)]
+    "case",
+    ["bert", "gemma_decode", "gemma_prefill", pytest.param("gqa_decode", marks=pytest.mark.slow)],
 )
 def test_attention_kernel_compiles_to_ptx(case, tmp_path):
     from tests.lower_numba.test_ptx import _ptx_available, _ptx_of
@@ -130,6 +164,8 @@ def test_attention_kernel_compiles_to_ptx(case, tmp_path):
     shape = dict(b=1, h=12, sq=128, sk=128, d=64) if case == "bert" else {}
     if case == "gemma_decode":  # the per-row kernel: one query row, a 256-wide head, GQA 4:1
         shape = dict(b=1, h=4, hk=1, sq=1, sk=256, d=256, mask="where_inverted")
+    if case == "gemma_prefill":  # the prefill kernel: 300 query rows, causal, GQA 4:1
+        shape = dict(b=1, h=4, hk=1, sq=300, sk=300, d=256, mask="causal_const")
     if case == "gqa_decode":
         shape = dict(b=2, h=8, hk=2, sq=1, sk=300, d=128, mask="where_inverted")
     plan, _ = compile_to_plan(core(**shape)[0])

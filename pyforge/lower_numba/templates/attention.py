@@ -24,7 +24,7 @@ from ..emit import (
 )
 from ..registry import lowering
 from ..scalar import lit
-from .attention_cuda import per_row, row_kernel, splits, tiled_kernel
+from .attention_cuda import per_row, prefill, prefill_kernel, row_kernel, splits, tiled_kernel
 
 SCORES_CPU = 32768  # floats of a query block's scores (qb x keys): 128 KiB, within L2
 
@@ -278,19 +278,23 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     cpu_f["softmax"] = "\n".join(" " * 24 + ln for ln in _ROW_SOFTMAX.splitlines())
     cpu_f["span_row"] = _span(node, names, kb.int_param, "i")
     cpu_f["span_all"] = _span(node, names, kb.int_param, None)
-    # cuda: literals (local and shared array sizes must be); the per-row kernel, or the tiled one
+    # cuda: literals (local and shared array sizes must be); the prefill, per-row or tiled kernel
     lit_num = lambda value, hint: str(int(value))
     cuda_f = _fields(node, names, lit_num, False)
-    rows = per_row(sq, d, sk)
+    pre = prefill(sq, d, dv)
+    rows = per_row(sq, d, sk) and not pre
     split = splits(sq * heads * bsz, sk) if rows else 1
     if split > 1:  # the block counter, then the parts' buffer (lower.py adds it: workspace)
         kb.params += ["err", "ws"]
         kb.args.append(("e", 0))
     params = ", ".join(kb.params)
     cpu = HEADER + RUNTIME_MARK + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
-    if rows:
-        kept = _kept(node, names, lit_num, "i") if _skips(node) else None
+    kept = _kept(node, names, lit_num, "i") if _skips(node) else None
+    if pre or rows:
         cuda_f["mask"] = _mask(node, names, lit_num, False, 12)
+    if pre:
+        cuda, grid, nt = prefill_kernel(cuda_f, params, (bsz, heads, sq, d, dv, sk), kept)
+    elif rows:
         cuda, grid, nt = row_kernel(cuda_f, params, (bsz, heads, sq, d, dv, sk), split, kept)
     else:
         cuda, grid, nt = tiled_kernel(cuda_f, params, (bsz, heads, sq, d, dv))

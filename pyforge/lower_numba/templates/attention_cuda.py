@@ -1,8 +1,10 @@
 """FusedAttention on cuda (its lowering and cpu kernel: attention.py). Shapes and strides are
 literals (local and shared arrays are sized by them).
 
-For few query rows or wide heads (a decode step) the per-row kernel: blocks per (query row,
-head, batch) over the keys the mask keeps, scores in shared memory (see _CUDA_ROW). Else
+Many query rows of a wide head (a prefill, head dim 128..256): the prefill kernel, K and V tiles
+shared by 16 query rows in shared memory, an online softmax (_CUDA_PRE). Few query rows or wide
+heads (a decode step): the per-row kernel, blocks per (query row, head, batch) over the keys the
+mask keeps, scores in shared memory (_CUDA_ROW). Else
 flash-attention style: one block per (query tile, head, batch); the K and V tiles go through
 shared memory; each query row's TPR threads take every TPR-th key of a tile, each with its own
 running max, sum and accumulator in registers (an online softmax), merged once at the end.
@@ -313,3 +315,160 @@ def tiled_kernel(f: dict, params: str, dims: tuple) -> tuple:
     f = dict(f, TPR=tpr, BQ=bq, NT=nt, BK=bk, KP=kp, VP=vp, VOFF=bk * kp)
     f["SHN"] = max(bk * (kp + vp), nt * dv)
     return HEADER + "\n" + _CUDA.format(params=params, **f), (-(-sq // bq), heads, bsz), nt
+
+
+# cuda prefill, wide heads: one block per (BQ query rows, head, batch); q rows in shared memory,
+# each K then V tile of BK keys shared by the block's rows (a thread 2 x 2 scores over a quarter
+# of the head dim, the quarters summed by thread (r, j) for row r, key j; thread (d, row group)
+# RPT rows of output dim d); an online softmax per row (max, sum, factor
+# in shared memory). Only the tiles within the union of the rows' kept spans are read.
+_CUDA_PRE = """\
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def kernel(n, {params}):
+    tid = cuda.threadIdx.x
+    h = cuda.blockIdx.y
+    b = cuda.blockIdx.z
+    hk = h // {G}
+    q0 = cuda.blockIdx.x * {BQ}
+    qs = cuda.shared.array({QN}, f32)
+    kv = cuda.shared.array({KN}, f32)
+    ps = cuda.shared.array({PN}, f32)
+    pp = cuda.shared.array({PN4}, f32)
+    ms = cuda.shared.array({BQ}, f32)
+    ls = cuda.shared.array({BQ}, f32)
+    fs = cuda.shared.array({BQ}, f32)
+    acc = cuda.local.array({RPT}, f32)
+    sr = tid // {BK}
+    sj = tid % {BK}
+    od = tid % {DV}
+    rg = tid // {DV}
+    c = tid // {PB}
+    pr = tid % {PB} // {KB} * 2
+    pj = tid % {KB} * 2
+{span}
+    sc = {sc}
+    for e in range(tid, {BQ} * {D}, {NT}):
+        r = e // {D}
+        i = q0 + r
+        x = f32(0)
+        if i < {SQ}:
+            qr = {q_at}
+            x = {q}[qr + (e % {D}) * {QD}] * sc
+        qs[r * {QP} + e % {D}] = x
+    if tid < {BQ}:
+        ms[tid] = f32(-math.inf)
+        ls[tid] = f32(0)
+    for u in range({RPT}):
+        acc[u] = f32(0)
+    i = q0 + sr
+    for k0 in range(lo, hi, {BK}):
+        nk = min({BK}, hi - k0)
+        for e in range(tid, {BK} * {D}, {NT}):
+            j = e // {D}
+            x = f32(0)
+            if j < nk:
+                kr = {k_at}
+                x = {k}[kr + (e % {D}) * {KD}]
+            kv[j * {KP} + e % {D}] = x
+        cuda.syncthreads()
+        x00, x01, x10, x11 = f32(0), f32(0), f32(0), f32(0)
+        for d in range(c * {DC}, min({D}, c * {DC} + {DC})):
+            a0, a1 = qs[pr * {QP} + d], qs[(pr + 1) * {QP} + d]
+            z0, z1 = kv[pj * {KP} + d], kv[(pj + 1) * {KP} + d]
+            x00 += a0 * z0
+            x01 += a0 * z1
+            x10 += a1 * z0
+            x11 += a1 * z1
+        e = c * {NT} + pr * {BK} + pj
+        pp[e], pp[e + 1], pp[e + {BK}], pp[e + {BK} + 1] = x00, x01, x10, x11
+        cuda.syncthreads()
+        x = f32(-math.inf)
+        if sj < nk and i < {SQ}:
+            j = sj
+            x = f32(0)
+            for u in range(4):
+                x += pp[u * {NT} + tid]
+{mask}
+        ps[tid] = x
+        cuda.syncthreads()
+        mo = ms[sr]
+        mx = mo
+        for u in range({BK}):
+            mx = max(mx, ps[sr * {BK} + u])
+        p = f32(0)
+        if x != -math.inf:
+            p = math.exp(x - mx)
+        alpha = f32(1)
+        if mx != -math.inf:
+            alpha = math.exp(mo - mx)
+        cuda.syncthreads()
+        ps[tid] = p
+        if sj == 0:
+            fs[sr] = alpha
+            ms[sr] = mx
+        for e in range(tid, {BK} * {DV}, {NT}):
+            j = e // {DV}
+            x = f32(0)
+            if j < nk:
+                vr = {v_at}
+                x = {v}[vr + (e % {DV}) * {VD}]
+            kv[j * {VP} + e % {DV}] = x
+        cuda.syncthreads()
+        if tid < {BQ}:
+            t = f32(0)
+            for u in range({BK}):
+                t += ps[tid * {BK} + u]
+            ls[tid] = ls[tid] * fs[tid] + t
+        for u in range({RPT}):
+            acc[u] *= fs[rg + u * {RG}]
+        for j in range(nk):
+            y = kv[j * {VP} + od]
+            for u in range({RPT}):
+                acc[u] += ps[(rg + u * {RG}) * {BK} + j] * y
+        cuda.syncthreads()
+    for u in range({RPT}):
+        i = q0 + rg + u * {RG}
+        if i < {SQ}:
+            orow = {o_at}
+            {o}[orow + od * {OD}] = acc[u] / ls[rg + u * {RG}]
+"""
+PRE_THREADS = 256  # the prefill kernel's block: PRE_ROWS rows x PRE_THREADS // PRE_ROWS keys
+PRE_ROWS = 16
+
+
+def prefill(sq: int, d: int, dv: int) -> bool:
+    """cuda: the prefill kernel for many query rows of a wide head (its q rows and K/V tiles in
+    shared memory: 16 x 257 floats each at d 256); decode steps (sq <= 16) stay per row."""
+    return sq > 16 and 128 <= d <= 256 and PRE_THREADS % dv == 0 and dv >= PRE_THREADS // PRE_ROWS
+
+
+def _pre_span(sk: int, sq: int, bq: int, bk: int, kept: str | None) -> str:
+    """``lo, hi``: the union of the block's rows' kept spans (a row keeping nothing: every key,
+    as unfused); thread (row tid // bk) every bk-th key, merged by shared atomics."""
+    if kept is None:
+        return f"    lo, hi = 0, {sk}"
+    lines = [f"rlo = cuda.shared.array({bq}, i32)", f"rhi = cuda.shared.array({bq}, i32)",
+             f"if tid < {bq}:", f"    rlo[tid] = {sk}", "    rhi[tid] = 0", "cuda.syncthreads()",
+             "i = q0 + sr", f"if i < {sq}:", f"    lo, hi = {sk}, 0",
+             f"    for j in range(sj, {sk}, {bk}):", f"        if {kept}:",
+             "            lo = min(lo, j)", "            hi = j + 1",
+             "    cuda.atomic.min(rlo, sr, i32(lo))", "    cuda.atomic.max(rhi, sr, i32(hi))",
+             "cuda.syncthreads()", f"lo, hi = {sk}, 0", f"for u in range({bq}):",
+             f"    if q0 + u < {sq}:", "        a, z = rlo[u], rhi[u]", "        if z <= a:",
+             f"            a, z = 0, {sk}", "        lo, hi = min(lo, a), max(hi, z)"]  # fmt: skip
+    return "\n".join("    " + ln for ln in lines)
+
+
+def prefill_kernel(f: dict, params: str, dims: tuple, kept: str | None) -> tuple:
+    """The prefill kernel's (source, grid, threads); ``dims`` as row_kernel's."""
+    bsz, heads, sq, d, dv, sk = dims
+    nt, bq = PRE_THREADS, PRE_ROWS
+    bk, rg = nt // bq, nt // dv
+    f = dict(f, NT=nt, BQ=bq, BK=bk, RG=rg, RPT=bq // rg, QP=d + 1, KP=d + 1, VP=dv + 1)
+    f.update(QN=bq * (d + 1), KN=bk * (max(d, dv) + 1), PN=nt, PN4=4 * nt)
+    f.update(PB=nt // 4, KB=bk // 2, DC=-(-d // 4))  # 4 chunks of the dot, 2 x 2 scores each
+    f["span"] = _pre_span(sk, sq, bq, bk, kept)
+    return HEADER + "\n" + _CUDA_PRE.format(params=params, **f), (-(-sq // bq), heads, bsz), nt

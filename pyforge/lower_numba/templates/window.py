@@ -37,7 +37,8 @@ def pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     """cpu, once per plane (image, channel): the plane copied into a buffer padded with its edge
     values (so every window reads as clamped taps do) and split into stride phases (so the taps
     of a row of outputs are consecutive), then each output row one select chain over the taps,
-    which vectorises; cuda: the per-element window of ``window_pool``."""
+    which vectorises (every cpu index u64: a signed one costs a negative-index wrap, which kept
+    the copy and the plane's reads scalar); cuda: the per-element window of ``window_pool``."""
     kb.row_block = False
     x, y = node.inputs[0], node.outputs[0]
     (kh, kw), (sh, sw), _, pads = window2d(node)
@@ -60,7 +61,7 @@ def pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
         cpu += [
             f"    {d} = {buf}[{r} * {WR} + {phase} * {WQ}:]",
             f"    for {p} in range({WQ}):",
-            f"        {d}[{p}] = {src}[{sr} + min(max({p} * {sw} + {phase - pads[1]}, 0), {W} - 1)]",
+            f"        {d}[{p}] = {src}[u64({sr} + min(max({p} * {sw} + {phase - pads[1]}, 0), {W} - 1))]",
         ]
     cpu.append(f"for {q} in range({OH}):")
     views = {}
@@ -76,10 +77,10 @@ def pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
             if ky or kx:
                 cpu.append(f"        {v} = {views[ky, kx % sw]}[{j} + {kx // sw}]")
                 cpu.append(f"        {m} = {v} if {v} > {m} else {m}")
-    cpu.append(f"        {out}[{q} * {OW} + {j}] = {m}")
+    cpu.append(f"        {out}[u64({q} * {OW} + {j})] = {m}")
     with kb.at_row():
         kb.lines += [(ln, None) for ln in cpu]
-    kb.lines.append((f"{acc} = {out}[{oh} * {OW} + {ow}]", None))
+    kb.lines.append((f"{acc} = {out}[u64({oh} * {OW} + {ow})]", None))
     return acc
 
 

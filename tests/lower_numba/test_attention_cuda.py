@@ -25,6 +25,10 @@ CASES = {
     # over one warp's lanes (each lane two dims, the last lanes one)
     "tiled_rows_causal": dict(b=1, h=1, sq=18, sk=18, d=4, mask="causal_const"),
     "row_wide_head_gqa": dict(b=1, h=2, hk=1, sq=2, sk=6, d=40, mask="where_inverted"),
+    # the prefill kernel: d 192 in quarters of 48, dv 64 (4 row groups); dv 16 (a row a thread)
+    # over 23 keys (a partial tile) under an additive mask
+    "prefill_no_mask_dv_64": dict(b=1, h=1, sq=20, sk=20, d=192, dv=64, mask=None),
+    "prefill_additive_dv_16": dict(b=1, h=1, sq=18, sk=23, d=128, dv=16),
 }
 
 
@@ -37,13 +41,14 @@ def test_attention_in_simulator():
 @pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_attention_case_in_simulator(case):
-    from pyforge.lower_numba.templates.attention_cuda import per_row
+    from pyforge.lower_numba.templates.attention_cuda import per_row, prefill
 
     shape = CASES[case]
     model, feeds = core(**shape)
     compiled, _ = check_against_ort(model, feeds, target="cuda")
     launch = [s.launch for s in kernel_steps(compiled.plan.steps) if "FusedAttention" in s.label]
-    rows = per_row(shape["sq"], shape["d"], shape["sk"])
+    sq, d = shape["sq"], shape["d"]
+    rows = per_row(sq, d, shape["sk"]) and not prefill(sq, d, shape.get("dv", d))
     assert launch[0][0][0] == (shape["sq"] if rows else -(-shape["sq"] // 16))
     assert any("FusedAttention" in s.label for s in kernel_steps(compiled.plan.steps))
 

@@ -79,6 +79,13 @@ h6)  # issue 19: wide-head prefill attention (K/V tiles shared by 16 query rows)
   step 70 python3 benchmarks/attention.py --target cuda --rounds 3 --calls 10 --only prefill_d256,decode 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -8
   step 240 python3 benchmarks/generate_gpu.py --caches static --skip compile --new 8 --rounds 2 --budget 220 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -8
   ;;
+s10b)  # the tenth session's last call: split-K decode attention, fp16 decode, prefill, new-shape time (corpus rows run beside it: see README)
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 50 python3 benchmarks/attention.py --target cuda --rounds 2 --calls 10 2>&1 | grep -v -i warn | tee "$OUT/attention_cuda.txt" | tail -11
+  step 220 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip compile --rounds 2 --budget 200 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -14
+  step 100 python3 benchmarks/generate_gpu.py --quick --ctx 256 --new 32 --caches static --precision fp32,fp16 --skip eager,compile --rounds 3 --budget 80 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_256.txt" | tail -30
+  step 100 python3 scripts/new_shape_time.py --target cuda --batches 1,2,4,8 --fresh-cache --runs 100 --algos 2>&1 | grep -v -i warn | tee "$OUT/new_shape_cuda.txt" | tail -16
+  ;;
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;

@@ -81,10 +81,12 @@ POOLS = [
     ((2, 24, 56, 56), 3, 2, [1, 1, 1, 1], 0),
     ((1, 8, 17, 18), 2, 2, [0, 0, 0, 0], 1),
     ((1, 3, 20, 20), 5, 3, [2, 1, 0, 2], 0),
+    ((1, 12, 28, 28), 3, 1, [1, 1, 1, 1], 1),  # stride 1: GoogLeNet's branch pools
+    ((1, 8, 20, 20), 5, 1, [2, 2, 2, 2], 0),  # YOLO's SPPF
 ]
 
 
-def test_strided_maxpool_by_planes_matches_ort():
+def test_maxpool_by_planes_matches_ort():
     for shape, k, s, pads, ceil in POOLS:
         node = helper.make_node(
             "MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s], pads=pads, ceil_mode=ceil

@@ -22,13 +22,14 @@ def pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
 
 
 def _by_planes(node: Node) -> bool:
-    """A strided 2-d float32 MaxPool whose windows all touch the image: pooled a plane at a time
-    on the cpu (strided, so a NaN first tap stays and later ones drop: the select chain's rule)."""
-    _, s, d, _ = window2d(node)
+    """A 2-d float32 MaxPool whose windows all touch the image: pooled a plane at a time on the
+    cpu (NaN as window_pool has it: strided, a NaN first tap stays and later ones drop; at
+    stride 1 a NaN tap drops unless every tap is NaN)."""
+    _, _, d, _ = window2d(node)
     x = node.inputs[0]
     return (
         node.op == "MaxPool" and len(x.shape) == 4 and x.dtype == np.float32
-        and len(node.outputs) == 1 and d == [1, 1] and s != [1, 1] and _windows_touch(node)
+        and len(node.outputs) == 1 and d == [1, 1] and _windows_touch(node)
     )  # fmt: skip
 
 
@@ -71,12 +72,13 @@ def pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
                 views[ky, kx % sw] = a = kb.tmp("a")
                 cpu.append(f"    {a} = {buf}[({q} * {sh} + {ky}) * {WR} + {kx % sw} * {WQ}:]")
     m, v = kb.tmp("m"), kb.tmp("v")
+    drop = f" or {m} != {m}" if (sh, sw) == (1, 1) else ""  # stride 1: a NaN so far is replaced
     cpu += [f"    for {j} in range({OW}):", f"        {m} = {views[0, 0]}[{j}]"]
     for ky in range(kh):
         for kx in range(kw):
             if ky or kx:
                 cpu.append(f"        {v} = {views[ky, kx % sw]}[{j} + {kx // sw}]")
-                cpu.append(f"        {m} = {v} if {v} > {m} else {m}")
+                cpu.append(f"        {m} = {v} if {v} > {m}{drop} else {m}")
     cpu.append(f"        {out}[u64({q} * {OW} + {j})] = {m}")
     with kb.at_row():
         kb.lines += [(ln, None) for ln in cpu]

@@ -27,11 +27,13 @@ class DataDependentError(UnsupportedOperatorError):
     (``values``: a shape, pads, k... that sets an output shape), or, where ``values`` is empty,
     its inputs, because its output shape depends on their data (NonZero, NonMaxSuppression).
     ``compile`` answers it by running the model in stages (``pyforge/staged.py``); ``top`` is
-    the index of the model's node that raised it, set by the importer."""
+    the index of the model's node that raised it, ``taken`` those of the nodes imported before
+    it, both set by the importer."""
 
     def __init__(self, op: str, node: str, opset: int | None, detail: str, values=()):
         self.values = tuple(values)
         self.top: int | None = None
+        self.taken: list[int] = []
         super().__init__(op, node, opset, detail)
 
 

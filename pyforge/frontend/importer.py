@@ -196,11 +196,12 @@ def import_onnx(
         imp.values[VALID] = valid
         imp.graph.inputs.append(valid)
         imp.masks = padding.masks
-    for i, onode in nodes:
+    for k, (i, onode) in enumerate(nodes):
         try:
             imp.node(onode, opset, onode.name or f"{onode.op_type}_{i}")
         except DataDependentError as e:
             e.top = i  # where compile() cuts the model into stages
+            e.taken = [j for j, _ in nodes[:k]]
             raise
     for out in g.output:
         v = imp.values.get(out.name)

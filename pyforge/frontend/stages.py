@@ -17,7 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import DataDependentError
-from .checks import check_model, outer_names
+from .checks import outer_names
 
 
 def node_reads(node: onnx.NodeProto) -> list[str]:
@@ -106,14 +106,13 @@ def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
         raise err
     # the first stage: every node the importer took before this one (so the rest, imported
     # again, starts here rather than re-importing the nodes that no later cut needs)
-    order = [i for i, _ in check_model(proto)[1]]
-    taken = set(order[: order.index(err.top)])
+    taken = set(err.taken)
     static = _static(g, inits)
     first_nodes = [n for i, n in enumerate(g.node) if i in taken]
     # the rest computes again the constant-only nodes it reads (so they stay constants there)
     wanted = {o.name for o in g.output} | set(node_reads(host) if host is not None else ())
     wanted.update(r for i, n in enumerate(g.node) if i not in taken for r in node_reads(n))
-    for i in reversed([i for i in order if i in taken and i in static]):
+    for i in reversed([i for i in err.taken if i in static]):
         if wanted.intersection(g.node[i].output):
             wanted.update(node_reads(g.node[i]))
         else:

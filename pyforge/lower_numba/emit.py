@@ -307,20 +307,31 @@ class KernelBuilder:
         return _RowLevel(self)
 
     def row_reduce(
-        self, acc: str, init: str, combine: str, term: str, L: str, at: str, t: str = "f32", keep=""
+        self,
+        acc: str,
+        init: str,
+        combine: str,
+        term: str,
+        L: str,
+        at: str,
+        t: str = "f32",
+        keep="",
+        at_cpu="",
     ) -> None:
         """At row level: ``acc`` = ``combine`` ({a}, {v}) folded over ``term`` ({v}: the element
         ``at`` + j, j < L; ``at`` is "t0[b1 + "). cpu: one contiguous pass, ROW_UNROLL partial
         folds in flight (a single one waits out each add's latency); cuda: each thread of the
         row's block a strided part, then a tree in shared memory; every thread holds the result.
         ``keep`` ("t1[b1 + "): each term is also stored there, for the element loop to reuse
-        (on cuda the thread that stores an element is the one that later writes it)."""
+        (on cuda the thread that stores an element is the one that later writes it). ``at_cpu``:
+        the cpu's ``at`` where it differs (a view of the row, "r1[": its index j is never
+        negative, so no negative-index wrap keeps the loop from vectorising)."""
         j, tid, U = self.tmp("j"), "cuda.threadIdx.x", ROW_UNROLL
         parts = [f"{acc}_{u}" for u in range(U)]
 
-        def fold(a: str, at_j: str) -> list[str]:
+        def fold(a: str, at_j: str, cpu: bool = False) -> list[str]:
             x = self.tmp("x")
-            val, lines = term.format(v=x), [f"    {x} = {at}{at_j}]"]
+            val, lines = term.format(v=x), [f"    {x} = {(at_cpu or at) if cpu else at}{at_j}]"]
             if keep:
                 lines.append(f"    {keep}{at_j}] = {val}")
                 val = f"{keep}{at_j}]"
@@ -329,8 +340,8 @@ class KernelBuilder:
         cpu = [f"{', '.join(parts)} = {', '.join([init] * U)}"]
         cpu.append(f"for {j} in range(0, {L} - {U - 1}, {U}):")
         for u, a in enumerate(parts):
-            cpu += fold(a, f"{j} + {u}" if u else j)
-        cpu += [f"for {j} in range({L} - {L} % {U}, {L}):", *fold(parts[0], j)]
+            cpu += fold(a, f"{j} + {u}" if u else j, True)
+        cpu += [f"for {j} in range({L} - {L} % {U}, {L}):", *fold(parts[0], j, True)]
         while len(parts) > 1:
             parts = [
                 f"({combine.format(a=parts[k], v=parts[k + 1])})" for k in range(0, len(parts), 2)

@@ -19,15 +19,16 @@ def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred:
     0 (an unshifted float32 mean is off by a rounding, which 1/sqrt(eps) magnifies), and a row
     far from 0 loses no digits to cancellation."""
     k, m, s, inv = kb.tmp("k"), kb.tmp("mu"), kb.tmp("ssq"), kb.tmp("rstd")
-    zero, at = lit(0, "f32"), f"{src}[{base} + "
+    zero, at, row = lit(0, "f32"), f"{src}[{base} + ", f"{base}v"
     with kb.at_row():
         kb.emit(f"{k} = f32({src}[{base}])" if centred else f"{k} = {zero}")
+        kb.lines.append((f"{row} = {src}[{base}:]", None))  # cpu: the row as a view (row_reduce)
     if centred:
-        kb.row_reduce(m, zero, "{a} + {v}", f"(f32({{v}}) - {k})", L, at)
+        kb.row_reduce(m, zero, "{a} + {v}", f"(f32({{v}}) - {k})", L, at, at_cpu=f"{row}[")
     with kb.at_row():
         kb.emit(f"{m} = {m} / f32({L})" if centred else f"{m} = {zero}")
     d = f"(f32({{v}}) - {k} - {m})"
-    kb.row_reduce(s, zero, "{a} + {v}", f"{d} * {d}", L, at)
+    kb.row_reduce(s, zero, "{a} + {v}", f"{d} * {d}", L, at, at_cpu=f"{row}[")
     with kb.at_row():
         kb.emit(f"{inv} = {lit(1, 'f32')} / math.sqrt({s} / f32({L}) + {lit(eps, 'f32')})")
     return k, m, inv
@@ -57,8 +58,9 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     y = kb.tmp("y")
     scale = node.inputs[1]
     soff = kb.offset(broadcast_strides(scale.shape, x.shape[a:]), inner)
-    x_c = f"({src}[{base} + {off}] - {k} - {m})"
-    kb.emit(f"{y} = {t}({x_c} * {inv}) * {kb.tensor(scale.name)}[{soff}]")
+    x_c = f"({{}} - {k} - {m})"
+    line = f"{y} = {t}({x_c} * {inv}) * {kb.tensor(scale.name)}[{soff}]"
+    kb.emit(line.format(f"{base}v[{off}]"), cuda=line.format(f"{src}[{base} + {off}]"))
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         b = node.inputs[2]
         boff = kb.offset(broadcast_strides(b.shape, x.shape[a:]), inner)

@@ -28,5 +28,7 @@ def pass_names(layout: str = "nchw", precision: str = "fp32", fusion: bool = Tru
         names += ["nhwc_layout", "dce"]  # the layout pass leaves dead transposes of constants
     if precision == "fp16":
         names.append("fp16")
+    if fusion:  # after attention, which reads its operands back through the Transposes
+        names.append("unit_transpose")
     names.append("fuse" if fusion else "no_fuse")
     return names

@@ -56,3 +56,18 @@ def drop_identity(graph: Graph) -> Graph:
         kept.append(node)
     graph.nodes = kept
     return graph
+
+
+@register_pass("unit_transpose")
+def unit_transpose(graph: Graph) -> Graph:
+    """A Transpose that moves only size-1 dims keeps the element order: it becomes a Reshape,
+    a view, so no kernel copies it (a decode step's (1, 1, heads, hd) -> (1, heads, 1, hd))."""
+    outputs = {id(v) for v in graph.outputs}
+    for node in graph.nodes:
+        if node.op != "Transpose" or id(node.outputs[0]) in outputs:
+            continue
+        shape = node.inputs[0].shape
+        moved = [p for p in node.attrs["perm"] if shape[p] != 1]
+        if moved == sorted(moved):
+            node.op, node.attrs = "Reshape", {"shape": list(node.outputs[0].shape)}
+    return graph

@@ -86,3 +86,25 @@ def test_verify_catches_use_before_definition():
     g.outputs = [b]
     with pytest.raises(IRVerificationError, match="uses_a_too_early"):
         g.verify()
+
+
+def unit_transpose_model():
+    """x (1, 1, 4, 3): a Transpose moving only the 1s (a view) and one swapping 4 and 3."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3], name="units"),
+        helper.make_node("Transpose", ["r"], ["s"], perm=[0, 1, 3, 2], name="swap"),
+        helper.make_node("Neg", ["t"], ["y"], name="neg"),
+        helper.make_node("Neg", ["s"], ["z"], name="neg2"),
+    ]
+    outs = [("y", np.float32, [1, 4, 1, 3]), ("z", np.float32, [1, 1, 3, 4])]
+    return make_model(nodes, [("x", np.float32, [1, 1, 4, 3])], outs)
+
+
+def test_unit_transpose_makes_a_view_of_a_transpose_that_keeps_the_order():
+    from tests.helpers import check_against_ort
+
+    graph = PassManager(["unit_transpose"]).run(import_onnx(unit_transpose_model()))
+    assert [n.op for n in graph.nodes] == ["Relu", "Reshape", "Transpose", "Neg", "Neg"]
+    x = rng.standard_normal((1, 1, 4, 3)).astype(np.float32)
+    check_against_ort(unit_transpose_model(), {"x": x})

@@ -129,15 +129,19 @@ def _gelu_tanh(g: _Graph, x: str) -> str:
     cube = g("Mul", g("Mul", x, x), x)
     inner = g("Mul", g("Add", x, g("Mul", cube, g.const("gelu_c", np.float32(0.044715)))),
               g.const("gelu_k", np.float32(np.sqrt(2.0 / np.pi))))  # fmt: skip
-    half_x = g("Mul", x, g.const("half", np.float32(0.5)))
-    return g("Mul", half_x, g("Add", g("Tanh", inner), g.const("one", np.float32(1.0))))
+    # x * (0.5 * (1 + tanh)): halving is exact, so x * 0.5 * (..) rounds alike, and the chain
+    # from tanh stays one fused kernel with the Mul by the up projection after it
+    half = g("Mul", g("Add", g("Tanh", inner), g.const("one", np.float32(1.0))),
+             g.const("half", np.float32(0.5)))  # fmt: skip
+    return g("Mul", x, half)
 
 
 def _rotate(g: _Graph, x: str, cos: str, sin: str, half: int) -> str:
-    """x * cos + rotate_half(x) * sin, with the sign of rotate_half folded into sin."""
-    lo = g("Slice", x, g.ints(0), g.ints(half), g.ints(-1))
-    hi = g("Slice", x, g.ints(half), g.ints(2 * half), g.ints(-1))
-    return g("Add", g("Mul", x, cos), g("Mul", g("Concat", hi, lo, axis=-1), sin))
+    """x * cos + rotate_half(x) * sin, with the sign of rotate_half folded into sin; the halves
+    swapped by a Gather over (.., 2, half) views, which its Mul takes as epilogue: two kernels."""
+    x, cos, sin = (g("Reshape", t, g.ints(0, 0, 0, 2, half)) for t in (x, cos, sin))
+    swapped = g("Gather", x, g.const("rope_swap", np.array([1, 0], np.int64)), axis=3)
+    return g("Reshape", g("Add", g("Mul", x, cos), g("Mul", swapped, sin)), g.ints(0, 0, 0, -1))
 
 
 def _masks(g: _Graph, c: Gemma3Config, rows: int | None) -> tuple[str, str]:
@@ -162,9 +166,10 @@ def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str
     def heads(name: str, n: int, norm: bool) -> str:  # (b, seq, n*hd) -> (b, n, seq, hd)
         y = g("Reshape", g("MatMul", x, p + name + ".weight"), g.ints(0, 0, n, hd))
         y = _rms(g, y, p + name + "_norm.weight", "eps") if norm else y
+        y = g("Mul", y, "scale") if name == "attn_q" else y  # the norm's epilogue
         return g("Transpose", y, perm=[0, 2, 1, 3])
 
-    q = _rotate(g, g("Mul", heads("attn_q", c.heads, True), "scale"), cos, sin, hd // 2)
+    q = _rotate(g, heads("attn_q", c.heads, True), cos, sin, hd // 2)
     k = _rotate(g, heads("attn_k", c.kv_heads, True), cos, sin, hd // 2)
     v = heads("attn_v", c.kv_heads, False)
     for t, new in (("key", k), ("value", v)):  # at: a static cache's rows, written in place
@@ -222,12 +227,11 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
     static = rows if cache == "static" else None
     mask_global, mask_sliding = _masks(g, c, static)
     at = None
-    if static:  # ScatterND indices (0, head, position) per head and new token
+    if static:  # ScatterND indices (0, head, position) per head and new token: one kernel
         pos = g("Unsqueeze", "position_ids", g.ints(1, 3))  # (1, 1, seq, 1)
-        heads = g.const("kv_head_ids", np.arange(c.kv_heads, dtype=np.int64).reshape(1, -1, 1, 1))
-        zero = g("Mul", pos, g.ints(0))
-        at = g("Concat", g("Add", zero, g("Mul", heads, g.ints(0))), g("Add", heads, zero),
-               g("Add", pos, g("Mul", heads, g.ints(0))), axis=-1)  # fmt: skip
+        heads = np.zeros((1, c.kv_heads, 1, 3), np.int64)
+        heads[0, :, 0, 1] = np.arange(c.kv_heads)
+        at = g("Add", g("Mul", pos, g.ints(0, 0, 1)), g.const("kv_head_ids", heads))
     h = g("Gather", "token_embd.weight", "input_ids")
     h = g("Mul", h, g.const("embed_scale", np.float32(np.sqrt(c.hidden))))
     for i in range(c.layers):

@@ -264,6 +264,26 @@ def test_a_saved_state_plan_loads_strictly(tmp_path):
             pyforge.load(tmp_path / "bad", target="cpu")
 
 
+def test_the_cuda_decode_step_re_views_q_k_v_without_a_kernel(config, weights):
+    """Per layer of the cuda decode plan: 7 GEMMs and 14 kernels; the seq-1 head Transposes
+    are views, rotary is a Gather + Mul and a Mul + Add, the GELU one kernel with its Mul."""
+    from pyforge.compiler import compile_to_plan
+    from pyforge.options import CompileOptions
+
+    proto = gemma3.build_decoder(
+        config, weights, logits="last", max_context=CONTEXT, cache="static"
+    )
+    shapes = {"input_ids": (1, 1), "position_ids": (1, 1)}
+    opts = CompileOptions(state=gemma3.state_map(config), input_shapes=shapes).resolve("cuda")
+    plan, _ = compile_to_plan(proto, opts)
+    ops = [s.label.split()[0] for s in plan.steps]
+    assert not any(op.startswith(("Transpose", "Concat")) for op in ops), ops
+    assert ops.count("Slice") == 1  # the logits' last row
+    assert ops.count("MatMul") == 7 * config.layers
+    kernels = [s for s in plan.steps if hasattr(s, "kernel")]
+    assert len(kernels) == 14 * config.layers + 12, ops  # tables, masks, indices, ends
+
+
 @pytest.mark.slow
 def test_the_in_place_scatter_compiles_to_ptx(config, weights, tmp_path):
     """The cuda plan of the static decoder: its ScatterND kernels write present over past (no

@@ -92,7 +92,7 @@ def to_fp16(graph: Graph) -> Graph:
                 continue
             if half and v.dtype == F32:
                 node.inputs[k] = casts.get(v, F16)
-            elif not half and v.dtype == F16:
+            elif not half and v.dtype == F16 and (k or flag(node.op, "half") != "reads"):
                 node.inputs[k] = casts.get(v, F32)
         if half:
             for out in node.outputs:

@@ -53,6 +53,23 @@ def test_ops_off_the_list_stay_float32_with_casts_around():
     g.verify()
 
 
+def test_rms_norm_reads_a_float16_input_without_a_cast():
+    """half="reads": the norm takes the GEMM's float16 output as it is and stays float32."""
+    r = np.random.default_rng(3)
+    w = numpy_helper.from_array(r.standard_normal((4, 8)).astype(np.float32), "w")
+    scale = numpy_helper.from_array(r.uniform(0.5, 1.5, 8).astype(np.float32), "scale")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+        helper.make_node("RMSNormalization", ["a", "scale"], ["y"], axis=-1, name="rms"),
+    ]
+    model = make_model(nodes, [("x", np.float32, [2, 4])], [("y", np.float32, [2, 8])], [w, scale])
+    g = _half(model)
+    (rms,) = _ops(g, "RMSNormalization")
+    assert rms.inputs[0].dtype == F16 and rms.outputs[0].dtype == F32
+    assert [c.attrs["to"] for c in _ops(g, "Cast")] == [F16]  # x into the GEMM only
+    g.verify()
+
+
 def test_constant_beyond_float16_range_keeps_its_node_float32():
     big = numpy_helper.from_array(np.full((4,), 1e6, np.float32), "big")
     w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")

@@ -40,7 +40,7 @@ def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred:
 def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a, part = node.attrs["axis"], node.attrs.get("output", 0)
-    t = type_name(x.dtype)
+    t = type_name(node.outputs[0].dtype)  # a float16 x (half="reads") is widened as it is read
     length = int(np.prod(x.shape[a:]))
     src = kb.tensor(x.name)
     L = kb.int_param(length, "L")
@@ -58,7 +58,7 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     y = kb.tmp("y")
     scale = node.inputs[1]
     soff = kb.offset(broadcast_strides(scale.shape, x.shape[a:]), inner)
-    x_c = f"({{}} - {k} - {m})"
+    x_c = f"({{}} - {k} - {m})" if x.dtype == node.outputs[0].dtype else f"(f32({{}}) - {k} - {m})"
     line = f"{y} = {t}({x_c} * {inv}) * {kb.tensor(scale.name)}[{soff}]"
     kb.emit(line.format(f"{base}v[{off}]"), cuda=line.format(f"{src}[{base} + {off}]"))
     if len(node.inputs) > 2 and node.inputs[2] is not None:

@@ -49,7 +49,7 @@ register(
     kind="rows",
     epilogue=True,
 )
-register("RMSNormalization", _norm_eval, _norm_infer, kind="rows", epilogue=True, half="reads")
+register("RMSNormalization", _norm_eval, _norm_infer, kind="rows", epilogue=True, reads_half=(0,))
 
 
 def _mvn_eval(node: Node, xs):

@@ -32,7 +32,7 @@ KINDS = (
     "rows",  # each output row needs its whole input row (softmax, norms)
     "opaque",  # anything else: never fused with a neighbour
 )
-HALF = (None, "compute", "follow", "reads")
+HALF = (None, "compute", "follow")
 
 
 @dataclass
@@ -41,8 +41,8 @@ class OpDef:
 
     ``epilogue``: its lowering yields one output element at a time, so an elementwise tail may
     fuse into its kernel; ``half``: "compute" runs in float16 under precision="fp16", "follow"
-    is exact in float16 and runs half when fed half, "reads" takes its first input half (widened
-    at the load, as a Cast would) and stays float32; ``nhwc``: its channels-last twin op;
+    is exact in float16 and runs half when fed half; ``reads_half``: the inputs it takes float16
+    as they are (widened at the load, as a Cast would) while it stays float32; ``nhwc``: its channels-last twin op;
     ``internal``: made by a pass, never read from ONNX."""
 
     name: str
@@ -51,6 +51,7 @@ class OpDef:
     kind: str = "opaque"
     epilogue: bool = False
     half: str | None = None
+    reads_half: tuple[int, ...] = ()
     nhwc: str | None = None
     internal: bool = False
     min_opset: int = 1

@@ -41,4 +41,4 @@ def _scatter_nd_eval(node: Node, xs):
 # not one output element at a time: a whole-output kernel (copy, then the updates in order)
 for _op in ("ScatterElements", "Scatter"):
     register(_op, _scatter_elements_eval, same_as_input(), kind="opaque")
-register("ScatterND", _scatter_nd_eval, same_as_input(), kind="opaque")
+register("ScatterND", _scatter_nd_eval, same_as_input(), kind="opaque", reads_half=(2,))

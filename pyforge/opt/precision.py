@@ -8,7 +8,8 @@ loses precision.
 
 Which ops: GEMM-like ops run half (their float32 inputs are cast); ops that are safe at any
 precision follow their inputs (half when one non-constant input is half); every other op, and
-every graph input and output, stays float32, with a Cast wherever a value crosses the border.
+every graph input and output, stays float32, with a Cast wherever a value crosses the border
+(but into an op's ``reads_half`` inputs, which its kernel widens at the load).
 A constant that does not fit float16 keeps its node in float32.
 """
 
@@ -92,7 +93,7 @@ def to_fp16(graph: Graph) -> Graph:
                 continue
             if half and v.dtype == F32:
                 node.inputs[k] = casts.get(v, F16)
-            elif not half and v.dtype == F16 and (k or flag(node.op, "half") != "reads"):
+            elif not half and v.dtype == F16 and k not in (flag(node.op, "reads_half") or ()):
                 node.inputs[k] = casts.get(v, F32)
         if half:
             for out in node.outputs:

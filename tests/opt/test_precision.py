@@ -54,7 +54,7 @@ def test_ops_off_the_list_stay_float32_with_casts_around():
 
 
 def test_rms_norm_reads_a_float16_input_without_a_cast():
-    """half="reads": the norm takes the GEMM's float16 output as it is and stays float32."""
+    """reads_half: the norm takes the GEMM's float16 output as it is and stays float32."""
     r = np.random.default_rng(3)
     w = numpy_helper.from_array(r.standard_normal((4, 8)).astype(np.float32), "w")
     scale = numpy_helper.from_array(r.uniform(0.5, 1.5, 8).astype(np.float32), "scale")

@@ -40,7 +40,7 @@ def moments(kb: KernelBuilder, src: str, base: str, L: str, eps: float, centred:
 def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     a, part = node.attrs["axis"], node.attrs.get("output", 0)
-    t = type_name(node.outputs[0].dtype)  # a float16 x (half="reads") is widened as it is read
+    t = type_name(node.outputs[0].dtype)  # a float16 x (reads_half) is widened as it is read
     length = int(np.prod(x.shape[a:]))
     src = kb.tensor(x.name)
     L = kb.int_param(length, "L")

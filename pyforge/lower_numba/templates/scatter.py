@@ -106,5 +106,7 @@ def scatter_nd_rows(node: Node, kb: KernelBuilder) -> int:
         kb.emit(f"{p} = {p} * {D} + {q}", 1)
         message = _range_message(f"{node.op} index column {c}", D)
         kb.check_range(ix, tuples, D, message, step=k, start=c)
-    _store(kb, node, out, f"{p} * {S} + i", f"{up}[{u} * {S} + i]", 1)
+    update = f"{up}[{u} * {S} + i]"  # a float16 update (reads_half) widened as it is read
+    update = update if upd.dtype == node.outputs[0].dtype else f"f32({update})"
+    _store(kb, node, out, f"{p} * {S} + i", update, 1)
     return size

@@ -89,4 +89,10 @@ s10b)  # the tenth session's last call: split-K decode attention, fp16 decode, p
 sce)  # the SoftmaxCrossEntropyLoss/NLLLoss cases that raised IndexRangeError on the H200
   step 120 python3 scripts/gpu_conformance_sample.py --skip-light --n 60 --budget-s 100 --match "sce_|nllloss" 2>&1 | grep -v -i warn | tee "$OUT/sce_cuda.txt" | tail -8
   ;;
+s11a)  # the eleventh session's first call: H8's decode plan timed (fp32, fp16 at 1216), then SSDlite's cuda corpus row
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 230 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 210 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -14
+  step 60 python3 benchmarks/generate_gpu.py --quick --ctx 256 --new 16 --caches static --precision fp32 --skip eager,compile --rounds 1 --budget 50 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -30
+  step 330 python3 benchmarks/corpus.py --target cuda --isolate --timeout 320 --runs 3 --models ssdlite320_mobilenet_v3_large --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -12
+  ;;
 esac

@@ -26,10 +26,12 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -503,6 +505,7 @@ class Row:
     outcome: str = ""
     max_err: float | None = None
     ratio: float | None = None
+    phases: str = ""  # seconds per phase (printed, not tabled): where the time went
 
     @property
     def passed(self) -> bool:
@@ -602,11 +605,49 @@ def _median_ratio(model, sess, feeds, runs: int) -> float:
     return float(np.median(pf) / np.median(rt))
 
 
-def run_entry(name: str, target: str = "cpu", runs: int = 5) -> Row:
+class Phases:
+    """Wall seconds per phase of one row, each line to stderr as it starts and ends, so a parent
+    that times the child out still learns how far it got (``run_isolated``)."""
+
+    def __init__(self):
+        self.done: list[str] = []
+        self.now, self.model = "", None
+
+    @contextmanager
+    def __call__(self, name: str):
+        self.now, t0 = name, time.perf_counter()
+        print(f"phase {name} ...", file=sys.stderr, flush=True)
+        yield
+        self.now, took = "", time.perf_counter() - t0
+        self.done.append(f"{name} {took:.1f} s{self.stages()}")
+        print(f"phase {self.done[-1]}", file=sys.stderr, flush=True)
+
+    def stages(self) -> str:
+        """A staged model's stage compiles so far (pyforge/staged.py)."""
+        t = getattr(self.model, "stage_tally", None)  # never .stats: that binds pending plans
+        return (
+            f" ({t['stages compiled']} stages compiled in {t['compile seconds']:.1f} s)"
+            if t
+            else ""
+        )
+
+    def stopped(self, *_):  # SIGTERM from run_isolated's timeout
+        print(
+            f"phase {self.now} (stopped at the timeout){self.stages()}", file=sys.stderr, flush=True
+        )
+        sys.exit(3)
+
+    def __str__(self) -> str:
+        return ", ".join(self.done)
+
+
+def run_entry(name: str, target: str = "cpu", runs: int = 5, phase: Phases | None = None) -> Row:
     entry = ENTRIES[name]
     row = Row(name, entry.source)
+    phase = phase or Phases()
     try:
-        path = model_path(entry)
+        with phase("build"):
+            path = model_path(entry)
     except Unavailable as e:
         row.outcome = f"skipped: {e}"
         return row
@@ -620,22 +661,25 @@ def run_entry(name: str, target: str = "cpu", runs: int = 5) -> Row:
     feeds = [make_feeds(path, entry, run, seed=run + 1) for run in (0, 1)]
     sess = _ort_session(path)
     try:
-        want = [_ort_run(sess, f) for f in feeds]
+        with phase("ORT"):
+            want = [_ort_run(sess, f) for f in feeds]
     except Exception as e:  # noqa: BLE001
         row.outcome = f"ORT fails: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         return row
     try:
-        model = pyforge.compile(str(path), target=target)
+        with phase("compile"):
+            model = phase.model = pyforge.compile(str(path), target=target)
         errs, bad, first = [], "", None
-        for f, w in zip(feeds, want):
-            got = model.predict(f)
+        for k, (f, w) in enumerate(zip(feeds, want)):
+            with phase(f"first predict {k + 1}"):
+                got = model.predict(f)
             got = got if isinstance(got, dict) else {model.output_names[0]: got}
             first = first or got
             err, why = _compare(got, w)
             errs.append(err)
             bad = bad or why
     except Exception as e:  # noqa: BLE001  (the exact error is the result)
-        row.outcome = _error(e)
+        row.outcome, row.phases = _error(e), str(phase)
         if os.environ.get("PYFORGE_DEBUG"):
             traceback.print_exc()
         return row
@@ -650,23 +694,35 @@ def run_entry(name: str, target: str = "cpu", runs: int = 5) -> Row:
     else:
         row.outcome = "pass"
     if runs:
-        row.ratio = _median_ratio(model, sess, feeds[0], runs)
+        with phase(f"{runs} later predicts and ORT runs"):
+            row.ratio = _median_ratio(model, sess, feeds[0], runs)
+    row.phases = str(phase)
     return row
 
 
 def run_isolated(name: str, target: str, runs: int, timeout: float | None) -> Row:
     """run_entry in a child process, so a crash or a runaway model is one row, not the end."""
     cmd = [sys.executable, __file__, "--models", name, "--target", target, "--runs", str(runs)]
+    child = subprocess.Popen(
+        [*cmd, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        done = subprocess.run(
-            [*cmd, "--json"], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return Row(name, ENTRIES[name].source, outcome=f"timeout: over {timeout:.0f} s")
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return Row(name, ENTRIES[name].source, outcome=f"crash: exit {done.returncode}: {tail}")
+        child.terminate()  # its handler prints the phase it was in
+        try:
+            out, err = child.communicate(timeout=15)
+        except subprocess.TimeoutExpired:  # busy in native code: what it printed so far is lost
+            child.kill()
+            out, err = child.communicate()
+        phases = [ln[6:] for ln in err.splitlines() if ln.startswith("phase ") and "..." not in ln]
+        row = Row(name, ENTRIES[name].source, outcome=f"timeout: over {timeout:.0f} s")
+        row.phases = ", ".join(phases)
+        return row
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if child.returncode or not lines:
+        tail = (err.strip().splitlines() or ["no output"])[-1][:200]
+        return Row(name, ENTRIES[name].source, outcome=f"crash: exit {child.returncode}: {tail}")
     return Row(**json.loads(lines[-1]))
 
 
@@ -723,7 +779,8 @@ def write_conformance(target: str, text: str, md: Path = CONFORMANCE) -> None:
 def _report(rows: list[Row], r: Row, t0: float, args, argv: list[str]) -> None:
     """One finished row to stderr; the table so far to --md and CONFORMANCE.md (after every row,
     so a run stopped early keeps what it measured)."""
-    print(f"{r.name}: {r.outcome} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    took = f"{time.perf_counter() - t0:.0f} s" + (f": {r.phases}" if r.phases else "")
+    print(f"{r.name}: {r.outcome} ({took})", file=sys.stderr, flush=True)
     text = header(args.target, argv) + "\n\n" + table(rows)
     if args.md:
         Path(args.md).write_text(text + "\n")
@@ -780,7 +837,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.isolate:
                 rows.append(run_isolated(n, args.target, args.runs, args.timeout))
             else:
-                rows.append(run_entry(n, args.target, args.runs))
+                phase = Phases()
+                if args.json:  # --isolate's child: a timeout's SIGTERM prints where it was
+                    signal.signal(signal.SIGTERM, phase.stopped)
+                rows.append(run_entry(n, args.target, args.runs, phase))
             if args.json:
                 print(json.dumps(dataclasses.asdict(rows[-1])), flush=True)
                 continue

@@ -6,12 +6,15 @@ NonMaxSuppression, Unique, Compress). The first stage is compiled at once; the h
 the data-dependent node (numpy) or reads the values the next stage takes as constants, and the
 second stage is compiled for each new combination of shapes and values (kept, at most
 ``max_plans``, least recently used evicted) and may itself be staged. Each stage is an ordinary
-plan; what crosses between them goes through host memory.
+plan; what crosses between them goes through host memory. Stages after the first cut get
+shape-generic kernels (``specialize=False``, cuda's default being True): their shapes follow the
+data (a box count), so specialised sources would differ, and compile, per stage and per run.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
@@ -49,12 +52,18 @@ class StagedModel:
         self._first = first
         self._rest: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._tally = {"stages compiled": 0, "compile seconds": 0.0}  # nested levels share it
 
     @property
     def inputs(self):
         from . import TensorSpec
 
         return [TensorSpec(s.name, s.dims, s.dtype) for s in self._specs]
+
+    @property
+    def stage_tally(self) -> dict[str, Any]:
+        """Stages compiled after the first cut, at every level, and their wall seconds."""
+        return dict(self._tally)
 
     @property
     def input_names(self) -> list[str]:
@@ -75,6 +84,7 @@ class StagedModel:
                 "constants": list(c.constants),
                 "first": None if self._first is None else self._first.stats,
                 "rest plans held": len(self._rest),
+                **self._tally,
             },
         }
 
@@ -112,10 +122,15 @@ class StagedModel:
         with self._lock:
             rest = self._rest.get(key)
             if rest is None:
-                opts = replace(self._options, input_shapes={})
+                opts = replace(self._options, input_shapes={}, specialize=False)
+                t0 = time.perf_counter()
                 rest = self._rest[key] = self._compile(
                     c.rest(arrays), self.target, opts, runtime=self._runtime
                 )
+                if isinstance(rest, StagedModel):  # cut again: its own first stage included
+                    rest._tally = self._tally
+                self._tally["stages compiled"] += 1
+                self._tally["compile seconds"] += time.perf_counter() - t0
                 while len(self._rest) > self._options.max_plans:
                     self._rest.popitem(last=False)
             self._rest.move_to_end(key)

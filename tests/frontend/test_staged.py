@@ -2,6 +2,8 @@
 their data (NonZero, NonMaxSuppression, Unique, Compress) and shapes, k or pads computed at run
 time. pyforge runs them in stages (pyforge/staged.py); each case is checked against ORT."""
 
+import os
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -10,6 +12,9 @@ from onnx import helper, numpy_helper
 
 import pyforge
 from pyforge import errors
+from tests.helpers import run_in_simulator
+
+INSIDE_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -205,3 +210,49 @@ def test_a_staged_model_cannot_be_saved(tmp_path):
         m.save(tmp_path / "p")
     with pytest.raises(errors.InputError, match="takes inputs"):
         m.predict({"y": np.ones(5, np.float32)})
+
+
+def _count_then_scale():
+    """y = float(transpose(nonzero(relu(x)))) * s: the rest's shape is the count of positives."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("NonZero", ["r"], ["nz"]),
+        helper.make_node("Transpose", ["nz"], ["t"], perm=[1, 0]),
+        helper.make_node("Cast", ["t"], ["tf"], to=T.FLOAT),
+        helper.make_node("Mul", ["tf", "s"], ["y"]),
+        helper.make_node("ReduceSum", ["r"], ["total"], keepdims=0),
+    ]
+    inputs = [("x", T.FLOAT, [3, 4])]
+    return _model(nodes, inputs, ["y", "total"], [("s", np.float32([2, 3]))])
+
+
+def test_stages_after_the_cut_are_tallied():
+    m = _check(_count_then_scale(), [{"x": _rand(s, (3, 4))} for s in (0, 1, 0)])
+    tally = m.stage_tally
+    assert tally["stages compiled"] == 2 and tally["compile seconds"] > 0  # seed 0's is reused
+    assert m.stats["stages"]["stages compiled"] == 2
+
+
+@pytest.mark.sim
+@pytest.mark.skipif(INSIDE_SIM, reason="this is the launcher")
+def test_staged_cuda_in_simulator():
+    run_in_simulator(__file__ + "::test_cuda_stages_after_the_cut_share_their_kernel_sources")
+
+
+@pytest.mark.skipif(not INSIDE_SIM, reason="runs inside the simulator subprocess")
+def test_cuda_stages_after_the_cut_share_their_kernel_sources():
+    """Their shapes follow the data: cuda's specialised kernels would be new sources (so new
+    compiles) for every count; the shape-generic ones are the same for all."""
+    model = _count_then_scale()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    m = pyforge.compile(model, target="cuda")
+    shapes = set()
+    for seed in (0, 1):
+        feeds = {"x": _rand(seed, (3, 4))}
+        got, (y, total) = m.predict(feeds), sess.run(None, feeds)
+        shapes.add(y.shape)
+        np.testing.assert_allclose(got["y"], y, rtol=1e-6)
+        np.testing.assert_allclose(got["total"], total, rtol=1e-5)
+    assert len(shapes) == 2  # two counts, two rest plans
+    sources = [{k["cuda"] for k in r.plan.kernels.values()} for r in m._rest.values()]
+    assert len(sources) == 2 and sources[0] == sources[1]

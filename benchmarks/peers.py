@@ -2,6 +2,9 @@
 and ONNX Runtime, on ResNet-50 and the MLP at batch 1 and 32.
 
     python benchmarks/peers.py [--models resnet50,mlp] [--batches 1,32] [--runs 200] [--out FILE]
+    python benchmarks/peers.py --corpus [--models a,b] [--target cpu|cuda] [--budget S] [--md F]
+
+--corpus: every torch-built corpus model at batch 1 (benchmarks/peers_corpus.py says how).
 
 Peers that are not installed (or have no GPU) are skipped, not faked. Prints a markdown table
 with date, machine and versions; that is the table BENCHMARKS.md quotes.
@@ -15,6 +18,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -277,6 +281,12 @@ def environment() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--corpus" in argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from benchmarks import peers_corpus
+
+        return peers_corpus.main(argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,mlp")
     ap.add_argument("--batches", default="1,32")

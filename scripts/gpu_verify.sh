@@ -95,4 +95,14 @@ s11a)  # the eleventh session's first call: H8's decode plan timed (fp32, fp16 a
   step 60 python3 benchmarks/generate_gpu.py --quick --ctx 256 --new 16 --caches static --precision fp32 --skip eager,compile --rounds 1 --budget 50 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -30
   step 330 python3 benchmarks/corpus.py --target cuda --isolate --timeout 320 --runs 3 --models ssdlite320_mobilenet_v3_large --md "$OUT/corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_cuda.txt" | tail -12
   ;;
+s11b)  # the eleventh session: SSDlite after the shape-generic rest stages, all-MiniLM-L6-v2 (fp16-rounded copy from .corpus), decode memory
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  [ -d .corpus ] && mkdir -p "${PYFORGE_CORPUS:=/tmp/corpus}"; export PYFORGE_CORPUS
+  for f in .corpus/*.f16; do [ -e "$f" ] && python3 scripts/corpus_pack.py unpack "$f" "$PYFORGE_CORPUS/$(basename "$f" .f16).onnx"; done
+  step 300 python3 benchmarks/corpus.py --target cuda --isolate --timeout 290 --runs 3 --models ssdlite320_mobilenet_v3_large --md "$OUT/corpus_ssdlite.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_ssdlite.txt" | tail -6
+  step 150 python3 benchmarks/corpus.py --target cuda --isolate --timeout 140 --runs 3 --models all_minilm_l6_v2 --md "$OUT/corpus_allminilm.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_allminilm.txt" | tail -6
+  for p in fp32 fp16; do
+    step 70 python3 scripts/decode_memory.py --precision $p 2>&1 | grep -v -i warn | tee "$OUT/decode_memory_$p.txt" | tail -12
+  done
+  ;;
 esac

@@ -72,7 +72,7 @@ class EpiloguePattern:
     bias: str | None = None  # a bias vector tensor
     bias_axis: str | None = None  # "m" (per row) or "n" (per column)
     residual: str | None = None  # a tensor added to D (as the library's C, beta 1)
-    act: str | None = None  # "relu", "gelu" or None
+    act: str | None = None  # "relu", "gelu", "relu6" (Clip(0, 6)) or None
 
     def tensors(self) -> list[str]:
         return [t for t in (self.bias, self.residual) if t]

@@ -194,7 +194,7 @@ def _check_pattern(plan, g: GemmStep, pat: EpiloguePattern, where: str) -> None:
             raise _fail(where, "pattern.bias", f"{pat.bias!r} is shorter than {axis}")
     if pat.residual is not None:
         _reach(plan, g, where, "pattern.residual", pat.residual, g.m, g.n, g.ldd, g.stride_d)
-    if pat.act not in (None, "relu", "gelu"):
+    if pat.act not in (None, "relu", "gelu", "relu6"):
         raise _fail(where, "pattern.act", f"{pat.act!r} is not an epilogue activation")
 
 

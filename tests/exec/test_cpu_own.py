@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not cpu_sgemm.available(), reason="needs AVX2 + 
 
 
 def _conv(cin, cout, hw, k, stride=1, pads=(0, 0, 0, 0), dil=1, batch=1, tail=(), seed=0):
-    """Conv (+ bias) followed by the ops in ``tail`` ("residual", "relu", "sigmoid")."""
+    """Conv (+ bias) followed by the ops in ``tail`` ("residual", "relu", "relu6", "sigmoid")."""
     rng = np.random.default_rng(seed)
     w = numpy_helper.from_array(rng.standard_normal((cout, cin, k, k)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b")
@@ -33,10 +33,15 @@ def _conv(cin, cout, hw, k, stride=1, pads=(0, 0, 0, 0), dil=1, batch=1, tail=()
             inputs.append(("r", np.float32, [batch, cout, oh, ow]))
             feeds["r"] = rng.standard_normal((batch, cout, oh, ow)).astype(np.float32)
             nodes.append(helper.make_node("Add", [src, "r"], [dst]))
+        elif op == "relu6":  # Clip(0, 6), its bounds as inputs (opset 11 on)
+            nodes.append(helper.make_node("Clip", [src, "lo", "hi"], [dst]))
         else:
             nodes.append(helper.make_node(op.capitalize(), [src], [dst]))
     nodes[-1].output[0] = "y"
-    model = make_model(nodes, inputs, [("y", np.float32, [batch, cout, oh, ow])], [w, b])
+    inits = [w, b]
+    if "relu6" in tail:
+        inits += [numpy_helper.from_array(np.float32(v), n) for v, n in ((0, "lo"), (6, "hi"))]
+    model = make_model(nodes, inputs, [("y", np.float32, [batch, cout, oh, ow])], inits)
     return model, feeds
 
 
@@ -58,6 +63,7 @@ CONVS = {
 # large enough for own sgemm whatever the micro-tile's height (7, 8 and 24 rows: part panels)
 OWN = {"3x3 pad 1", "5x5 dilated", "7x7 map", "long k", "split rows"}
 TAILS = {"none": (), "relu": ("relu",), "res+relu": ("residual", "relu"), "sigmoid": ("sigmoid",)}
+TAILS |= {"relu6": ("relu6",), "res+relu6": ("residual", "relu6")}
 
 
 @pytest.mark.parametrize("tail", sorted(TAILS))
@@ -68,6 +74,17 @@ def test_conv_matches_ort(case, tail):
     assert compiled.stats["launches"] == 1  # pad + GEMM + epilogue in one driver
     if case in OWN and cpu_sgemm.available():
         assert set(compiled.runtime.gemm_impls.values()) == {"pyforge sgemm (AVX2)"}
+
+
+def test_relu6_runs_in_the_gemm_store():
+    """Clip(0, 6) after the conv is the step's library epilogue: own sgemm clamps each tile in
+    its store, on the last k block only (3 blocks here: partial sums past 6 stay unclamped)."""
+    model, feeds = _conv(**CONVS["long k"], tail=("relu6",))
+    compiled, _ = check_against_ort(model, feeds)
+    (step,) = compiled.plan.steps
+    assert step.pattern.act == "relu6"
+    y = compiled.predict(feeds)
+    assert (y == 6).any() and (y == 0).any() and ((y > 0) & (y < 6)).any()
 
 
 def test_own_and_blas_paths_agree():

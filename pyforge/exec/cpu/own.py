@@ -259,19 +259,22 @@ def _operands(
     return g, d, lp, (r, koff, phases, x)
 
 
+_ACTS = {None: 0, "relu": 1, "relu6": 2}  # the activation codes of sgemm's store
+
+
 def _store_epilogue(
     step: GemmStep, views: dict, g: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, GemmStep]:
-    """(bias, residual, step): an epilogue of bias per row (+ residual) (+ Relu) moves into the
-    GEMM's store (``g``'s flags), and the step returned has no epilogue kernel left."""
+    """(bias, residual, step): an epilogue of bias per row (+ residual) (+ Relu/Relu6) moves into
+    the GEMM's store (``g``'s flags), and the step returned has no epilogue kernel left."""
     bias, res = np.zeros(1, np.float32), np.zeros(1, np.float32)
     pat = step.pattern
-    if pat and not step.c and pat.bias_axis in (None, "m") and pat.act in (None, "relu"):
+    if pat and not step.c and pat.bias_axis in (None, "m") and pat.act in _ACTS:
         if pat.bias:
             bias, g[sg.BIAS] = views[pat.bias], 1
         if pat.residual:
             res, g[sg.RES_BASE] = views[pat.residual], 0
-        g[sg.RELU] = pat.act == "relu"
+        g[sg.RELU] = _ACTS[pat.act]
         step = replace(step, epilogue=None)
     return bias, res, step
 

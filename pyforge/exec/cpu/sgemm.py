@@ -94,7 +94,8 @@ def _micro_windows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, r
 def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     """C[0:MR, 0:NR] (+)= Lp[kc, MR]^T @ R[kc, NR]; then, when ``finish``, + bias (one value a
     row at ``bp``) + residual (rows ``res_ld`` floats apart at ``resp``), Relu when ``relu``.
-    Pointers are byte addresses; with no bias or residual they point at zeros (res_ld 0). Only
+    ``relu``: 1 Relu, 2 Relu6 (clamped to [0, 6]). Pointers are byte addresses; with no bias or
+    residual they point at zeros (res_ld 0). Only
     the first ``rows`` rows are stored (a last panel's zero rows are summed, never stored)."""
     kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows = args
     module = builder.module
@@ -150,6 +151,10 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     adding = builder.icmp_signed("!=", accumulate, _c64(0))
     finishing = builder.icmp_signed("!=", finish, _c64(0))
     clamping = builder.and_(finishing, builder.icmp_signed("!=", relu, _c64(0)))
+    # the upper bound: 6 for Relu6 (``relu`` 2) on the last k block, else +inf (never taken)
+    six, inf = ir.Constant(_VEC, [6.0] * LANES), ir.Constant(_VEC, [float("inf")] * LANES)
+    capping = builder.and_(finishing, builder.icmp_signed("==", relu, _c64(2)))
+    top = builder.select(capping, six, inf)
     row_bytes = builder.mul(ldc, _c64(4))
     res_bytes = builder.mul(res_ld, _c64(4))
     for i in range(MR):
@@ -168,6 +173,7 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
                 val = builder.select(finishing, done_val, val)
                 positive = builder.fcmp_ordered(">", val, zero)
                 val = builder.select(clamping, builder.select(positive, val, zero), val)
+                val = builder.select(builder.fcmp_ordered(">", val, top), top, val)
                 builder.store(val, ptr, align=4)
     return context.get_dummy_value()
 
@@ -233,6 +239,8 @@ def _store(g, c, bias, res, src, s0, ld, cols, row, mr, nr, first, last):
                     v += res[ro + col]
                 if relu and v < 0:
                     v = 0
+                if relu == 2 and v > 6:
+                    v = 6
             c[o + col] = v
 
 

@@ -61,7 +61,7 @@ def _lt_gemm(rt: CudaContext, g: GemmStep) -> tuple[Callable[[], None], bool]:
     )
     pat = g.pattern if rt.library_epilogues else None
     lt, folded = None, False
-    if pat and not g.c:
+    if pat and not g.c and pat.act != "relu6":  # cuBLASLt has no Relu6: the kernel runs it
         try:
             lt = LtGemm(
                 g.m,

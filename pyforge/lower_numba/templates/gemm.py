@@ -217,7 +217,8 @@ def _conv_nhwc(node: Node, prog: Program, d: str) -> GemmCall:
 
 
 def library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict | None:
-    """bias (+ residual) (+ Relu/Gelu) after a GEMM, as {"bias", "bias_axis", "residual", "act"}."""
+    """bias (+ residual) (+ Relu/Gelu/Relu6) after a GEMM, as {"bias", "bias_axis", "residual",
+    "act"}."""
     out = anchor.outputs[0]
     rows_axis = 1 if anchor.op == "Conv" else None  # conv D is [Co, P]: bias per row (m)
     pat: dict = {"bias": None, "bias_axis": None, "residual": None, "act": None}
@@ -257,4 +258,11 @@ def library_epilogue(anchor: Node, members: list[Node], prog: Program) -> dict |
         )
     ):
         pat["act"] = rest.pop(0).op.lower()
+    elif rest and rest[0].inputs[0] is cur and _relu6(rest[0]):
+        pat["act"] = "relu6"  # Clip(0, 6): MobileNet's activation
+        rest.pop(0)
     return None if rest else pat
+
+
+def _relu6(node: Node) -> bool:
+    return node.op == "Clip" and node.attr("min") == 0 and node.attr("max") == 6

@@ -4,9 +4,9 @@
     python benchmarks/cnn_cpu.py --steps 12 --models mobilenet_v2   # where pyforge's time goes
 
 Each model comes from the corpus cache (benchmarks/corpus.py builds it with torchvision when it
-is absent). pyforge (``pyforge.compile(path, target="cpu")``) and ORT (CPU provider,
-``intra_op_num_threads=2``) run call by call in one process, so drift hits both alike; prints
-each median, the ratio of medians, the [min-max] of the per-round ratios, the max abs error
+is absent). pyforge (``pyforge.compile(path, target="cpu")``) and ORT (CPU provider, as many
+intra-op threads as Numba's ``NUMBA_NUM_THREADS``, spinning off) run call by call in one
+process, so drift hits both alike; prints each median, the ratio of medians, the [min-max] of the per-round ratios, the max abs error
 against ORT and the load average. ``--steps K`` times each step of pyforge's plan alone
 (``runtime.calls`` alternated one by one) and prints the K slowest, then totals per kind.
 """
@@ -52,11 +52,14 @@ def alternate(runs: dict, rounds: int, calls: int) -> dict:
 
 
 def session(path: str):
+    import numba
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
+    opts.intra_op_num_threads = numba.get_num_threads()  # as many threads as pyforge's
     opts.inter_op_num_threads = 1
+    # a spinning ORT thread takes the core from the pyforge call that follows it
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 

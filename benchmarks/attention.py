@@ -8,7 +8,11 @@ Workloads (seeded random weights, batch 1, additive (B, 1, 1, S) padding mask):
 ``bert_layer`` one BERT-base-sized layer (hidden 768, 12 heads, FFN 3072, seq 128);
 ``attn`` attention alone on q/k/v (1, 12, 128, 64); ``decode`` one query against 512 keys;
 ``prefill_d256`` (only by --only) Gemma 3's prefill of 1024 tokens (4 heads of 256; on cuda also
-the fused kernel with the prefill kernel off: the per-row kernel).
+the fused kernel with the prefill kernel off: the per-row kernel); ``gemma_dec256``,
+``gemma_dec256_short`` and ``gemma_dec1216`` (only by --only) Gemma 3's decode step against a
+static cache of max_context 256 / 1216 (4 query heads on 1 KV head of 256, a Where mask keeping the
+first 133 / 9 / 1088 keys; on cuda also the fused kernel with the decode kernel off: the per-row
+split kernel).
 Per round each contender runs ``--calls`` predicts; a figure is the median of the round
 medians, [min-max] over rounds. On cuda, inputs and outputs stay on the device (pyforge takes
 Numba device arrays) and torch (when installed) runs the same q/k/v through SDPA captured in a
@@ -38,7 +42,11 @@ WORKLOADS = {
     "attn": dict(heads=12, sq=128, sk=128, d=64),
     "decode": dict(heads=12, sq=1, sk=512, d=64),
     "prefill_d256": dict(heads=4, sq=1024, sk=1024, d=256),
+    "gemma_dec256": dict(heads=4, kv=1, sk=256, d=256, valid=133),
+    "gemma_dec256_short": dict(heads=4, kv=1, sk=256, d=256, valid=9),
+    "gemma_dec1216": dict(heads=4, kv=1, sk=1216, d=256, valid=1088),
 }
+OPT_IN = ("prefill_d256", "gemma_dec256", "gemma_dec256_short", "gemma_dec1216")
 
 
 def _model(nodes, inputs, outputs, w):
@@ -129,6 +137,72 @@ def attention(heads, sq, sk, d):
     return model, {**feeds, "mask": _mask(sk)}
 
 
+def cache_attention(heads, kv, sk, d, valid):
+    """One query row per head against a static KV cache (1, kv, sk, d), each KV head repeated
+    heads // kv times (Unsqueeze, Expand, Reshape), the first ``valid`` keys kept by a Where."""
+    rng = np.random.default_rng(2)
+    n, c = helper.make_node, numpy_helper.from_array
+    g, fill = heads // kv, np.float32(np.finfo(np.float32).min)
+    w = {"sd": np.float32(np.sqrt(d)), "fill": fill, "ax2": np.array([2])}
+    w.update(rep=np.array([1, kv, g, sk, d]), flat=np.array([1, heads, sk, d]))
+    nodes = []
+    for t in "kv":
+        nodes += [n("Unsqueeze", [t, "ax2"], [f"{t}u"]), n("Expand", [f"{t}u", "rep"], [f"{t}e"])]
+        nodes.append(n("Reshape", [f"{t}e", "flat"], [f"{t}r"]))
+    nodes += [n("Transpose", ["kr"], ["kt"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kt"], ["s0"])]
+    nodes += [n("Div", ["s0", "sd"], ["s1"]), n("Where", ["cond", "s1", "fill"], ["s2"])]
+    nodes += [n("Softmax", ["s2"], ["p"], axis=-1), n("MatMul", ["p", "vr"], ["y"])]
+    vi = helper.make_tensor_value_info
+    shapes = [("q", [1, heads, 1, d]), ("k", [1, kv, sk, d]), ("v", [1, kv, sk, d])]
+    inputs = [vi(k, T.FLOAT, s) for k, s in shapes] + [vi("cond", T.BOOL, [1, 1, 1, sk])]
+    out = [vi("y", T.FLOAT, [1, heads, 1, d])]
+    graph = helper.make_graph(nodes, "cache", inputs, out, [c(a, k) for k, a in w.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes}
+    feeds["cond"] = np.arange(sk)[None, None, None, :] < valid
+    return model, feeds
+
+
+@contextlib.contextmanager
+def decode_kernel(on: bool):
+    """cuda: the decode kernel, or (off) the per-row split kernel in its place."""
+    from pyforge.lower_numba.templates import attention as lowering
+
+    saved = lowering.decode
+    if not on:
+        lowering.decode = lambda sq, g, d, dv: False
+    try:
+        yield
+    finally:
+        lowering.decode = saved
+
+
+def launch_us(compiled, reps: int = 50) -> float:
+    """cuda: device time of one FusedAttention launch, ``reps`` of them in a CUDA graph of their
+    own timed by events (no host gaps), or nan where the plan has none."""
+    from numba import cuda
+
+    from pyforge.exec.cuda.graph import CudaGraph
+
+    rt = compiled.runtime.first
+    label = lambda s: getattr(s, "label", "") or ""
+    calls = [c for s, c in zip(rt.plan.steps, rt.calls) if "FusedAttention" in label(s)]
+    if not calls:
+        return float("nan")
+    g, t0, t1 = CudaGraph(rt.stream), cuda.event(), cuda.event()
+    g.capture(lambda: [calls[0]() for _ in range(reps)])
+    g.replay()
+    best = float("inf")
+    for _ in range(5):
+        t0.record(rt.stream)
+        g.replay()
+        t1.record(rt.stream)
+        t1.synchronize()
+        best = min(best, cuda.event_elapsed_time(t0, t1) * 1e3 / reps)
+    g.close()
+    return best
+
+
 @contextlib.contextmanager
 def prefill_kernel(on: bool):
     """cuda: the wide-head prefill kernel, or (off) the per-row kernel in its place."""
@@ -162,7 +236,9 @@ def torch_sdpa(feeds: dict, calls: int):
         import torch.nn.functional as F
     except ImportError:
         return None
-    q, k, v, m = (torch.from_numpy(feeds[t]).cuda() for t in ("q", "k", "v", "mask"))
+    q, k, v = (torch.from_numpy(feeds[t]).cuda() for t in ("q", "k", "v"))
+    m = torch.from_numpy(feeds["mask" if "mask" in feeds else "cond"]).cuda()
+    k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
     for _ in range(3):
         F.scaled_dot_product_attention(q, k, v, attn_mask=m)
     torch.cuda.synchronize()
@@ -180,7 +256,8 @@ def torch_sdpa(feeds: dict, calls: int):
 
 def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
     spec = WORKLOADS[name]
-    model, feeds = encoder(**spec) if "layers" in spec else attention(**spec)
+    build = encoder if "layers" in spec else cache_attention if "kv" in spec else attention
+    model, feeds = build(**spec)
     runs, info = {}, {}
     import onnxruntime as ort
 
@@ -190,11 +267,13 @@ def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
     want = sess.run(None, feeds)[0]  # the parity reference on both targets
     if target == "cpu":
         runs["ORT"] = lambda: [sess.run(None, feeds) for _ in range(calls)]
-    configs = [(True, True, "fused"), (False, True, "unfused")]
+    configs = [(True, True, True, "fused"), (False, True, True, "unfused")]
     if target == "cuda" and spec.get("d", 0) >= 128 and spec.get("sq", 0) > 16:
-        configs.append((True, False, "fused per-row"))
-    for on, pre, name_ in configs:
-        with attention_pass(on), prefill_kernel(pre):
+        configs.append((True, False, True, "fused per-row"))
+    if target == "cuda" and "kv" in spec:
+        configs.append((True, True, False, "fused per-row"))
+    for on, pre, dec, name_ in configs:
+        with attention_pass(on), prefill_kernel(pre), decode_kernel(dec):
             compiled = pyforge.compile(model, target=target)
         label = f"pyforge {name_}"
         got = compiled.predict(feeds)
@@ -202,6 +281,7 @@ def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
         if want is not None:
             info[label + " err"] = float(np.max(np.abs(got - want)))
         if target == "cuda":
+            info[label + " us"] = launch_us(compiled)
             from numba import cuda
 
             dev = {k: cuda.to_device(a) for k, a in feeds.items()}
@@ -226,7 +306,7 @@ def main() -> None:
     ap.add_argument("--target", choices=["cpu", "cuda"], default=None)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
-    default = [w for w in WORKLOADS if w != "prefill_d256"]  # its 3 plans at 1024 rows: --only
+    default = [w for w in WORKLOADS if w not in OPT_IN]
     ap.add_argument("--only", default=",".join(default))
     args = ap.parse_args()
     target = args.target or pyforge.default_target()
@@ -242,17 +322,19 @@ def main() -> None:
         for label, ts in times.items():
             med = float(np.median(ts))
             print(f"{name:11s} {label:18s} {med:9.3f} ms [{min(ts):.3f}-{max(ts):.3f}]", flush=True)
-            rows.append(
-                (name, label, med, min(ts), max(ts), info.get(label), info.get(label + " err"))
-            )
+            got = [info.get(label + x) for x in ("", " err", " us")]
+            rows.append((name, label, med, min(ts), max(ts), *got))
     print(f"\n== fused attention, target {target}, {args.rounds} rounds x {args.calls} calls")
     print(
-        f"{'workload':11s} {'contender':18s} {'median ms':>10s} {'[min-max]':>19s} {'launches':>9s} {'max err':>9s}"
-    )
-    for name, label, med, lo, hi, launches, err in rows:
+        f"{'workload':11s} {'contender':18s} {'median ms':>10s} {'[min-max]':>19s} {'launches':>9s} {'max err':>9s} {'attn us':>8s}"
+    )  # attn us: one FusedAttention launch's device time, min of 5 graphs of 50 launches
+    for name, label, med, lo, hi, launches, err, us in rows:
         span = f"[{lo:.3f}-{hi:.3f}]"
         err_s = f"{err:.1e}" if err is not None else "-"
-        print(f"{name:11s} {label:18s} {med:10.3f} {span:>19s} {launches or '-':>9} {err_s:>9s}")
+        us_s = f"{us:.2f}" if us is not None else "-"
+        print(
+            f"{name:11s} {label:18s} {med:10.3f} {span:>19s} {launches or '-':>9} {err_s:>9s} {us_s:>8s}"
+        )
 
 
 if __name__ == "__main__":

@@ -472,3 +472,272 @@ def prefill_kernel(f: dict, params: str, dims: tuple, kept: str | None) -> tuple
     f.update(PB=nt // 4, KB=bk // 2, DC=-(-d // 4))  # 4 chunks of the dot, 2 x 2 scores each
     f["span"] = _pre_span(sk, sq, bq, bk, kept)
     return HEADER + "\n" + _CUDA_PRE.format(params=params, **f), (-(-sq // bq), heads, bsz), nt
+
+
+# cuda decode, few query rows per KV head (GQA's heads x rows <= DEC_ROWS): one 256-thread block
+# per (split, KV head, batch) serves all R rows sharing that head, so each K and V row is read
+# once. The mask scan gives the union of the rows' kept spans at run time; the blocks that get
+# keys (parts, at most S, DEC_KEYS keys or more each) split it. Per pass each warp takes KU keys,
+# each lane 8 floats of a 256-wide row (coalesced), its partial dots summed across lanes through
+# shared memory (one thread a (key, row) score, then the mask); each warp an online softmax over
+# its keys in registers, the warps merged in shared memory. One part: the output directly; else
+# (max, sum, acc) to ``ws`` and the last block to count in (``err``, back to 0 after) merges.
+_CUDA_DEC = """\
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def kernel(n, {params}):
+    tid = cuda.threadIdx.x
+    w = tid // 32
+    lane = tid % 32
+    s = cuda.blockIdx.x
+    hk = cuda.blockIdx.y
+    b = cuda.blockIdx.z
+    sh = cuda.shared.array({SH}, f32)
+    ps = cuda.shared.array({NP}, f32)
+    wm = cuda.shared.array({NWR}, f32)
+    wl = cuda.shared.array({NWR}, f32)
+    qv = cuda.local.array({RDL}, f32)
+    kk = cuda.local.array({KDL}, f32)
+    vv = cuda.local.array({KDVL}, f32)
+    acc = cuda.local.array({RDVL}, f32)
+    m = cuda.local.array({R}, f32)
+    l = cuda.local.array({R}, f32)
+    sc = {sc}
+    for r in range({R}):
+        h = hk * {G} + r // {SQ}
+        i = r % {SQ}
+        qr = {q_at}
+        for u in range({DL}):
+            d = lane + u * 32
+            qv[r * {DL} + u] = {q}[qr + d * {QD}] * sc if d < {D} else f32(0)
+        for u in range({DVL}):
+            acc[r * {DVL} + u] = f32(0)
+        m[r] = f32(-math.inf)
+        l[r] = f32(0)
+{span}
+    parts = min({S}, max(1, (hi - lo + {KPB} - 1) // {KPB}))
+    per = (hi - lo + parts - 1) // parts
+    klo = min(hi, lo + s * per)
+    khi = min(hi, klo + per)
+    if s >= parts:
+        return
+    for k1 in range(klo, khi, {KPB}):
+        for t in range({KU}):
+            k0 = k1 + t * {NW} + w
+            j = 0
+            live = k0 < khi
+            kr = {k_at}
+            vr = {v_at}
+            for u in range({DL}):
+                d = lane + u * 32
+                kk[t * {DL} + u] = {k}[kr + d * {KD}] if live and d < {D} else f32(0)
+            for u in range({DVL}):
+                d = lane + u * 32
+                vv[t * {DVL} + u] = {v}[vr + d * {VD}] if live and d < {DV} else f32(0)
+        for t in range({KU}):
+            for r in range({R}):
+                x = f32(0)
+                for u in range({DL}):
+                    x += qv[r * {DL} + u] * kk[t * {DL} + u]
+                sh[((w * {KU} + t) * {R} + r) * 33 + lane] = x
+        cuda.syncthreads()
+        if tid < {NS}:
+            x = f32(0)
+            for u in range(32):
+                x += sh[tid * 33 + u]
+            r = tid % {R}
+            h = hk * {G} + r // {SQ}
+            i = r % {SQ}
+            k0 = k1 + tid // {RKU} + tid // {R} % {KU} * {NW}
+            j = 0
+            if k0 < khi:
+                pass
+{mask}
+            else:
+                x = f32(-math.inf)
+            ps[tid] = x
+        cuda.syncthreads()
+        for r in range({R}):
+            mx = m[r]
+            for t in range({KU}):
+                mx = max(mx, ps[(w * {KU} + t) * {R} + r])
+            base = mx if mx != -math.inf else f32(0)
+            alpha = math.exp(m[r] - base)
+            lr = l[r] * alpha
+            for u in range({DVL}):
+                acc[r * {DVL} + u] *= alpha
+            for t in range({KU}):
+                p = math.exp(ps[(w * {KU} + t) * {R} + r] - base)
+                lr += p
+                for u in range({DVL}):
+                    acc[r * {DVL} + u] += p * vv[t * {DVL} + u]
+            l[r] = lr
+            m[r] = mx
+    if lane == 0:
+        for r in range({R}):
+            wm[w * {R} + r] = m[r]
+            wl[w * {R} + r] = l[r]
+    cuda.syncthreads()
+    for r in range({R}):
+        top = f32(-math.inf)
+        for u in range({NW}):
+            top = max(top, wm[u * {R} + r])
+        base = top if top != -math.inf else f32(0)
+        tot = f32(0)
+        for u in range({NW}):
+            tot += wl[u * {R} + r] * math.exp(wm[u * {R} + r] - base)
+        f = math.exp(m[r] - base)
+        for u in range({DVL}):
+            d = lane + u * 32
+            if d < {DV}:
+                sh[(w * {R} + r) * {DV} + d] = acc[r * {DVL} + u] * f
+        if tid == 0:
+            ps[r] = top
+            ps[{R} + r] = tot
+    cuda.syncthreads()
+    wb = ((b * {HK} + hk) * {S} + s) * {R}
+    for e in range(tid, {R} * {DV}, {NT}):
+        r = e // {DV}
+        d = e % {DV}
+        y = f32(0)
+        for u in range({NW}):
+            y += sh[(u * {R} + r) * {DV} + d]
+{finish}
+"""
+# the output of one part, or of the merge (y, tot; b, hk, r, d)
+_DEC_OUT = """\
+h = hk * {G} + r // {SQ}
+i = r % {SQ}
+orow = {o_at}
+{o}[orow + d * {OD}] = y / tot"""
+_DEC_SPLIT = """\
+        if {GROUPS} == 1 and parts == 1:
+{out}
+        else:
+            ws[(wb + r) * {W} + 2 + d] = y
+            if d == 0:
+                ws[(wb + r) * {W}] = ps[r]
+                ws[(wb + r) * {W} + 1] = ps[{R} + r]
+    if {GROUPS} == 1 and parts == 1:
+        return
+    if tid == 0 and s == 0:
+        ws[{POFF} + b * {HK} + hk] = f32(parts)
+    cuda.threadfence()
+    cuda.syncthreads()
+    last = cuda.shared.array(1, i32)
+    if tid == 0:
+        inc = 1 + ({S} - parts if s == 0 else 0)
+        last[0] = 1 if cuda.atomic.add(err, 0, inc) == {BLOCKS} - inc else 0
+    cuda.syncthreads()
+    if last[0] == 0:
+        return
+    cuda.threadfence()
+    for e in range(tid, {GRS}, {NT}):
+        g = e // {RS}
+        u = e % {S}
+        x, z = f32(-math.inf), f32(0)
+        if u < i32(ws[{POFF} + g]):
+            at = ((g * {S} + u) * {R} + e // {S} % {R}) * {W}
+            x, z = ws[at], ws[at + 1]
+        sh[e] = x
+        sh[{GRS} + e] = z
+    cuda.syncthreads()
+    for e in range(tid, {GR}, {NT}):
+        top = f32(-math.inf)
+        for u in range({S}):
+            top = max(top, sh[e * {S} + u])
+        base = top if top != -math.inf else f32(0)
+        tot = f32(0)
+        for u in range({S}):
+            f = math.exp(sh[e * {S} + u] - base)
+            sh[e * {S} + u] = f
+            tot += f * sh[{GRS} + e * {S} + u]
+        for u in range({S}):
+            sh[e * {S} + u] = sh[e * {S} + u] / tot  # 0 / 0: no key kept, NaN as ORT
+    cuda.syncthreads()
+    for e in range(tid, {GR} * {DV}, {NT}):
+        gr = e // {DV}
+        d = e % {DV}
+        g = gr // {R}
+        r = gr % {R}
+        y = f32(0)
+        for u in range({S}):
+            f = sh[gr * {S} + u]
+            if f != 0:
+                y += f * ws[((g * {S} + u) * {R} + r) * {W} + 2 + d]
+        b = g // {HK}
+        hk = g % {HK}
+{merged}
+    if tid == 0:
+        err[0] = 0"""
+DEC_THREADS = 256  # the decode kernel's block: 8 warps
+DEC_ROWS = 16  # query rows (heads x rows of one KV head) a block serves at most
+DEC_KEYS = 16  # fewest keys worth a block of their own
+DEC_PARTS = 32  # most blocks per KV head: their merge is one block's work
+
+
+def decode(sq: int, g: int, d: int, dv: int) -> bool:
+    """cuda: the decode kernel for the few query rows that share a KV head (its q and
+    accumulator rows in registers, 8 floats a lane at R x d = 1024)."""
+    return sq * g <= DEC_ROWS and sq * g * max(d, dv) <= 1024
+
+
+def _dec_shape(dims: tuple) -> dict:
+    """The decode kernel's sizes from (batch, heads, kv heads, query rows, head dim, value dim,
+    keys)."""
+    bsz, heads, hk, sq, _, dv, sk = dims
+    r, nw, groups = sq * heads // hk, DEC_THREADS // 32, bsz * hk
+    ku = max(1, 8 // r)
+    s = max(1, min(SMS // groups, -(-sk // (nw * ku)), DEC_PARTS, 4096 // (groups * r)))
+    return dict(R=r, NW=nw, KU=ku, KPB=nw * ku, S=s, GROUPS=groups, W=dv + 2)
+
+
+def decode_workspace(dims: tuple) -> int:
+    """Floats of the decode kernel's parts buffer (0: one block per KV head, none)."""
+    f = _dec_shape(dims)
+    return 0 if f["S"] == 1 else f["GROUPS"] * (f["S"] * f["R"] * f["W"] + 1)
+
+
+def decode_kernel(f: dict, params: str, dims: tuple, kept: str | None) -> tuple:
+    """The decode kernel's (source, grid, threads); ``dims`` as _dec_shape's."""
+    bsz, _, hk, sq, d, dv, sk = dims
+    f = dict(f, **_dec_shape(dims), NT=DEC_THREADS, HK=hk, DL=-(-d // 32), DVL=-(-dv // 32))
+    r, nw, ku, s, groups = f["R"], f["NW"], f["KU"], f["S"], f["GROUPS"]
+    f.update(RDL=r * f["DL"], KDL=ku * f["DL"], KDVL=ku * f["DVL"], RDVL=r * f["DVL"])
+    f.update(NS=nw * ku * r, RKU=r * ku, NWR=nw * r, NP=max(nw * ku * r, 64 * r))
+    f.update(RS=r * s, GR=groups * r, GRS=groups * r * s, BLOCKS=groups * s)
+    f.update(POFF=groups * s * r * f["W"], span=_dec_span(sk, r, f["G"], sq, kept))
+    f["SH"] = max(nw * r * dv, nw * ku * r * 33, 2 * r * DEC_THREADS, 2 * groups * r * s)
+    out = _DEC_OUT.format(**f)
+    pad = lambda text, n: "\n".join(" " * n + ln for ln in text.splitlines())
+    if s == 1:
+        f["finish"] = pad(out.replace("y / tot", "y / ps[{R} + r]".format(**f)), 8)
+    else:
+        f["merged"] = pad(out.replace("y / tot", "y"), 8)
+        f["out"] = pad(out.replace("y / tot", "y / ps[{R} + r]".format(**f)), 12)
+        f["finish"] = _DEC_SPLIT.format(**f)
+    src = HEADER + "\n" + _CUDA_DEC.format(params=params, **f)
+    return src, (s, hk, bsz), DEC_THREADS
+
+
+def _dec_span(sk: int, r: int, g: int, sq: int, kept: str | None) -> str:
+    """``lo, hi``: the union of the block's rows' kept spans (a row keeping nothing: every key,
+    as unfused); each thread every NT-th key of each row, min / max over lanes then warps."""
+    if kept is None:
+        return f"    lo, hi = 0, {sk}"
+    nt = DEC_THREADS
+    lines = [f"for r in range({r}):", f"    h = hk * {g} + r // {sq}", f"    i = r % {sq}",
+             f"    a, z = f32({sk}), f32(0)", f"    for j in range(tid, {sk}, {nt}):",
+             f"        if {kept}:", "            a = min(a, f32(j))", "            z = f32(j + 1)",
+             f"    sh[r * {nt} + tid] = a", f"    sh[({r} + r) * {nt} + tid] = z",
+             "cuda.syncthreads()", f"for e in range(tid, {2 * r * 32}, {nt}):",
+             "    c = e // 32", f"    v = sh[c * {nt} + e % 32]", f"    for u in range(1, {nt // 32}):",
+             f"        x = sh[c * {nt} + e % 32 + u * 32]", f"        v = min(v, x) if c < {r} else max(v, x)",
+             "    ps[e] = v", "cuda.syncthreads()", f"lo, hi, none = {sk}, 0, False",
+             f"for r in range({r}):", f"    a, z = f32({sk}), f32(0)", "    for u in range(32):",
+             "        a = min(a, ps[r * 32 + u])", f"        z = max(z, ps[({r} + r) * 32 + u])",
+             "    none = none or z <= a", "    lo, hi = min(lo, i32(a)), max(hi, i32(z))",
+             "if none:", f"    lo, hi = 0, {sk}", "cuda.syncthreads()"]  # fmt: skip
+    return "\n".join("    " + ln for ln in lines)

@@ -19,9 +19,20 @@ ALIGN = 256
 
 
 def _base(prog: Program, name: str) -> str:
+    return _base_at(prog, name)[0]
+
+
+def _size(prog: Program, name: str) -> int:
+    return int(np.prod(prog.tensors[name].shape))
+
+
+def _base_at(prog: Program, name: str) -> tuple[str, int]:
+    """The tensor whose bytes ``name`` views, and the byte where the view starts."""
+    at = 0
     while prog.tensors[name].alias is not None:
+        at += prog.tensors[name].offset
         name = prog.tensors[name].alias
-    return name
+    return name, at
 
 
 def _kernel_step(k: KernelCall, kernels: dict[str, dict[str, str]]) -> KernelStep:
@@ -137,12 +148,12 @@ def build_plan(
     # cheap (one pass over conflict lists), so every plan ever built is checked, tests included
     check_no_overlap(buffers, mem.offsets, ALIGN, inplace)
     for name, info in prog.tensors.items():
-        base = _base(prog, name)
+        base, at = _base_at(prog, name)
         if base in mem.offsets:
-            slots[name] = Slot("arena", mem.offsets[base], tuple(info.shape), info.dtype.str)
+            slots[name] = Slot("arena", mem.offsets[base] + at, tuple(info.shape), info.dtype.str)
         elif base in slots and name != base:
             s = slots[base]
-            slots[name] = Slot(s.region, s.offset, tuple(info.shape), s.dtype)
+            slots[name] = Slot(s.region, s.offset + at, tuple(info.shape), s.dtype)
     plan = ExecutionPlan(
         mem.arena_bytes,
         slots,
@@ -252,9 +263,11 @@ def _live_ranges(
         if isinstance(step, KernelCall):
             for src in step.pointwise_reads:
                 for dst in step.writes:
-                    s, d = _base(prog, src), _base(prog, dst)
+                    (s, at), d = _base_at(prog, src), _base(prog, dst)
                     # element i of d may only overwrite element i of s: equal item sizes
                     same = prog.tensors[s].dtype.itemsize == prog.tensors[d].dtype.itemsize
+                    # and src is all of s: a view at an offset would read what d overwrote
+                    same = same and at == 0 and _size(prog, s) == _size(prog, src)
                     if s in last and last[s] == i and first.get(d) == i and s != d and same:
                         inplace.append((s, d))
     return buffers, inplace

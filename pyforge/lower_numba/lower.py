@@ -198,7 +198,9 @@ def _lower_graph(graph: Graph, conv: tuple) -> Program:
         if kind_of(node.op) == "view":
             src = prog.add(node.inputs[0])
             out = node.outputs[0]
-            prog.tensors[out.name] = TensorInfo(out.shape, np.dtype(out.dtype), alias=src)
+            dt = np.dtype(out.dtype)
+            at = node.attrs["start"] * dt.itemsize if node.op == "ContiguousSlice" else 0
+            prog.tensors[out.name] = TensorInfo(out.shape, dt, alias=src, offset=at)
         elif node.op == "Fused":
             _lower_group(node, prog, conv)
         else:

@@ -51,6 +51,7 @@ class TensorInfo:
     dtype: np.dtype
     const: np.ndarray | None = None
     alias: str | None = None  # a view: same bytes as this tensor
+    offset: int = 0  # a view's first byte within its alias
 
 
 @dataclass

@@ -47,6 +47,19 @@ register(
     half="follow",
 )
 
+# -- ContiguousSlice: a Slice whose result is one contiguous run of its input (pass slice_view) -
+
+
+def _contiguous_slice(node: Node, xs):
+    start, shape = node.attrs["start"], node.attrs["shape"]
+    return [xs[0].reshape(-1)[start : start + int(np.prod(shape))].reshape(shape)]
+
+
+register(
+    "ContiguousSlice", _contiguous_slice, _static_shape_infer, kind="view", half="follow",
+    internal=True,
+)  # fmt: skip
+
 # -- Transpose ----------------------------------------------------------------------------------
 
 register(

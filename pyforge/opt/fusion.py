@@ -54,7 +54,7 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
             continue
         target = None
         if fuse and is_elementwise(node):
-            shape = node.outputs[0].shape
+            shape, fits = node.outputs[0].shape, []
             for v in node.inputs:
                 gi = group_of.get(id(v)) if v is not None else None
                 if gi is None:
@@ -69,8 +69,12 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
                     continue  # an anchor's epilogue is a chain: a shared value ends it
                 if _read_in_between(g, first_pos[gi], pos, users, position):
                     continue
-                target = gi
-                break
+                fits.append(gi)
+            target = next(
+                (gi for gi in fits if _kernel_anchor(groups[gi])), fits[0] if fits else None
+            )
+            if target is not None and _kernel_anchor(groups[target]):
+                _absorb(node, target, groups, group_of, first_pos, users)
         if target is None:
             groups.append([node])
             first_pos.append(pos)
@@ -79,7 +83,35 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
             groups[target].append(node)
         for o in node.outputs:
             group_of[id(o)] = target
-    return groups
+    return [g for g in groups if g]
+
+
+def _kernel_anchor(group: list[Node]) -> bool:
+    """The group starts with an op other than a GEMM whose kernel takes an epilogue."""
+    return not is_elementwise(group[0]) and kind_of(group[0].op) != "gemm"
+
+
+def _absorb(node: Node, target: int, groups, group_of, first_pos, users) -> None:
+    """Move into the target group, before ``node``, the anchor-free groups that feed only
+    ``node`` and read nothing of the target: their elements are computed in its epilogue (a
+    rotary x * cos + swap(x) * sin: the Mul by cos joins the Gather's kernel)."""
+    shape, ours = node.outputs[0].shape, {id(o) for m in groups[target] for o in m.outputs}
+    for v in node.inputs:
+        gi = group_of.get(id(v)) if v is not None else None
+        g = groups[gi] if gi is not None and gi != target else None
+        if not g or not is_elementwise(g[0]) or any(m.outputs[0].shape != shape for m in g):
+            continue
+        inside = {id(m) for m in g} | {id(node)}
+        if any(id(u) not in inside for m in g for o in m.outputs for u in users.get(id(o), [])):
+            continue
+        if any(id(x) in ours for m in g for x in m.inputs if x is not None):
+            continue
+        groups[target] += g
+        groups[gi] = []
+        first_pos[target] = min(first_pos[target], first_pos[gi])
+        for m in g:
+            ours.update(id(o) for o in m.outputs)
+            group_of.update((id(o), target) for o in m.outputs)
 
 
 def _read_in_between(group: list[Node], start: int, end: int, users, position) -> bool:

@@ -71,7 +71,7 @@ def test_the_fp16_decode_plan_compiles_to_ptx(tmp_path):
     opts = CompileOptions(state=gemma3.state_map(c), input_shapes=shapes, precision="fp16")
     plan, _ = compile_to_plan(proto, opts.resolve("cuda"))
     gemms = [s for s in plan.steps if hasattr(s, "m")]
-    assert len(gemms) == 7 * c.layers + 1  # q k v o gate up down, and the logits
+    assert len(gemms) == 4 * c.layers + 1  # qkv o gate-up down, and the logits
     for s in gemms:
         assert {np.dtype(plan.slots[t].dtype) for t in (s.a, s.b, s.d)} == {np.dtype("f2")}, s.label
     assert all(np.dtype(plan.slots[n].dtype) == np.float32 and plan.slots[n].region == "state"

@@ -108,3 +108,63 @@ def test_unit_transpose_makes_a_view_of_a_transpose_that_keeps_the_order():
     assert [n.op for n in graph.nodes] == ["Relu", "Reshape", "Transpose", "Neg", "Neg"]
     x = rng.standard_normal((1, 1, 4, 3)).astype(np.float32)
     check_against_ort(unit_transpose_model(), {"x": x})
+
+
+def shared_input_matmuls_model():
+    """Three MatMuls of x by constants (one of them read by a GEMM, one by a Slice whose
+    result a GEMM reads at a 4-byte offset) and two by one input matrix."""
+    ws = {n: rng.standard_normal(s).astype(np.float32) for n, s in
+          (("w1", (64, 64)), ("w2", (64, 64)), ("w3", (64, 16)), ("w4", (64, 8)), ("w5", (15, 8)))}  # fmt: skip
+    inits = [numpy_helper.from_array(a, n) for n, a in ws.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("s", [1]), ("e", [16]), ("ax", [2]))]  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", w], [o])
+        for w, o in (("w1", "a"), ("w2", "b"), ("w3", "c"))
+    ]
+    nodes += [helper.make_node("MatMul", ["b", "w4"], ["bw"]), helper.make_node("Relu", ["a"], ["ra"]),
+              helper.make_node("Slice", ["c", "s", "e", "ax"], ["cs"]),
+              helper.make_node("MatMul", ["cs", "w5"], ["cw"]), helper.make_node("Neg", ["c"], ["nc"]),
+              helper.make_node("MatMul", ["ra", "w1"], ["y"]), helper.make_node("MatMul", ["ra", "w2"], ["z"])]  # fmt: skip
+    outs = [("y", np.float32, [1, "seq", 64]), ("z", np.float32, [1, "seq", 64]),
+            ("bw", np.float32, [1, "seq", 8]), ("cw", np.float32, [1, "seq", 8]), ("nc", np.float32, [1, "seq", 16])]  # fmt: skip
+    return make_model(nodes, [("x", np.float32, [1, "seq", 64])], outs, inits)
+
+
+def test_one_row_matmuls_sharing_an_input_become_one_with_views_of_its_columns():
+    from tests.helpers import check_against_ort
+
+    model = shared_input_matmuls_model()
+    graph = import_onnx(model, input_shapes={"x": (1, 1, 64)})
+    ops = [n.op for n in PassManager(["merge_matmuls", "slice_view"]).run(graph).nodes]
+    # x's three MatMuls are one; ra's two are the graph's outputs; the misaligned Slice stays
+    assert ops.count("MatMul") == 5 and ops.count("ContiguousSlice") == 3, ops
+    assert ops.count("Slice") == 1
+    for seq in (1, 3):  # at 3 rows the columns are not contiguous: nothing is merged
+        x = rng.standard_normal((1, seq, 64)).astype(np.float32)
+        compiled, _ = check_against_ort(model, {"x": x})
+        assert compiled.stats["gemms"] == (5 if seq == 1 else 7)
+
+
+def rotary_model():
+    cos, sin = (rng.standard_normal((2, 8)).astype(np.float32) for _ in range(2))
+    inits = [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin"),
+             numpy_helper.from_array(np.array([1, 0], np.int64), "swap")]  # fmt: skip
+    nodes = [helper.make_node("Mul", ["x", "cos"], ["xc"]),
+             helper.make_node("Gather", ["x", "swap"], ["g"], axis=2),
+             helper.make_node("Mul", ["g", "sin"], ["gs"]), helper.make_node("Add", ["xc", "gs"], ["y"])]  # fmt: skip
+    return make_model(
+        nodes, [("x", np.float32, [1, 4, 2, 8])], [("y", np.float32, [1, 4, 2, 8])], inits
+    )
+
+
+def test_an_independent_elementwise_input_joins_the_gathers_epilogue():
+    """x * cos + swap(x) * sin: the Mul by cos feeds only the Add, so one kernel computes all."""
+    from tests.helpers import check_against_ort
+
+    graph = PassManager(["fuse"]).run(import_onnx(rotary_model()))
+    (group,) = graph.nodes
+    assert [m.op for m in group.group.members] == ["Gather", "Mul", "Mul", "Add"]
+    x = rng.standard_normal((1, 4, 2, 8)).astype(np.float32)
+    compiled, _ = check_against_ort(rotary_model(), {"x": x})
+    assert compiled.stats["kernels"] == 1

@@ -111,10 +111,17 @@ def _pad_plane(x, x_base, channels, h, w, top, left, phases, hp, wp, xpad, t):
             for q in range(wp):
                 xpad[row + q] = zero
             continue
-        src = s + iy * w
-        for q in range(wp):
-            ix = q * sw + px - left
-            xpad[row + q] = x[src + ix] if 0 <= ix < w else zero
+        # the columns q whose ix = q * sw + px - left falls in the row: [lo, hi), copied with
+        # no test at unsigned indices (no negative wrap: the copy vectorises)
+        lo = max(0, -(-(left - px) // sw))
+        hi = max(lo, min(wp, (w - 1 - px + left) // sw + 1))
+        for q in range(lo):
+            xpad[row + q] = zero
+        d, src = row + lo, s + iy * w + lo * sw + px - left
+        for q in range(hi - lo):
+            xpad[np.uint64(d + q)] = x[np.uint64(src + q * sw)]
+        for q in range(hi, wp):
+            xpad[row + q] = zero
 
 
 def packed_size(rows: int, kdim: int, width: int) -> int:

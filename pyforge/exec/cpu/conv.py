@@ -9,6 +9,7 @@ ResNet-50's layer1 3x3 conv (2 cores): 3.7 ms -> 0.9 ms.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, prange
 
 from .tiles import claim, threads, tiling
@@ -68,11 +69,12 @@ def _im2col_row(x, col, r, c_, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh_, ow_):
         s = src + ih * w + off
         for ow in range(lo):
             col[d + ow] = zero
+        # unsigned indices: no negative wrap, so the copy vectorises
         if sw == 1:
             for ow in range(lo, hi):
-                col[d + ow] = x[s + ow]
+                col[np.uint64(d + ow)] = x[np.uint64(s + ow)]
         else:
             for ow in range(lo, hi):
-                col[d + ow] = x[s + ow * sw]
+                col[np.uint64(d + ow)] = x[np.uint64(s + ow * sw)]
         for ow in range(hi, ow_):
             col[d + ow] = zero

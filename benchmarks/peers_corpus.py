@@ -137,18 +137,21 @@ def parity(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float | None,
     return err, f"{err / (scale or 1):.1e} rel"
 
 
-def alternated(fns: dict, runs: int, block: int = 3) -> dict[str, float]:
+def alternated(fns: dict, runs: int, until: float, block: int = 3) -> dict[str, float]:
     """Median ms of each callable, run in turn in blocks of ``block`` calls whose first is not
-    counted (another system's threads may still be spinning then)."""
+    counted (another system's threads may still be spinning then); no new round after
+    ``until`` (perf_counter seconds), so a model near its time limit keeps what it measured."""
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(max(math.ceil(runs / (block - 1)), 1)):
+    for i in range(max(math.ceil(runs / (block - 1)), 1)):
+        if i and time.perf_counter() > until:
+            break
         for k, fn in fns.items():
             for j in range(block):
                 t0 = time.perf_counter()
                 fn()
                 if j:
                     times[k].append(time.perf_counter() - t0)
-    return {k: float(np.median(t)) * 1e3 for k, t in times.items()}
+    return {k: float(np.median(t)) * 1e3 for k, t in times.items()}, len(times[k])
 
 
 class Child:
@@ -208,7 +211,8 @@ def _sync(torch, device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
-def run_model(name, target: str, runs: int, compile_mode: str, limit: float, tmp: Path) -> dict:
+def run_model(name, target, runs, compile_mode, limit: float, end: float, tmp: Path) -> dict:
+    """One model's row; ``end`` (perf_counter seconds) is when the parent kills this process."""
     import onnxruntime as ort
     import torch
 
@@ -279,10 +283,11 @@ def run_model(name, target: str, runs: int, compile_mode: str, limit: float, tmp
         if compile_mode != "off":
             child.stage("torch.compile")
             t0 = time.perf_counter()
+            cap = min(limit, end - t0 - 30)  # leaves the timing its time
             try:
                 kw = {} if compile_mode == "default" else {"mode": compile_mode}
                 comp = torch.compile(net, **kw)
-                with time_limit(limit):
+                with time_limit(cap):
                     for _ in range(2):
                         comp(*args)
                     sync()
@@ -294,11 +299,13 @@ def run_model(name, target: str, runs: int, compile_mode: str, limit: float, tmp
 
                 fns["torch.compile"] = compiled
             except TimeoutError:
-                child.note(f"torch.compile over {limit:.0f} s: skipped")
+                child.note(f"torch.compile over {cap:.0f} s: skipped")
             except Exception as err:  # noqa: BLE001
                 child.note(f"torch.compile fails: {_why(err)}")
         child.stage("timing")
-        child.row["ms"] = alternated(fns, runs)
+        child.row["ms"], child.row["calls"] = alternated(fns, runs, end - 5)
+        if child.row["calls"] < runs:
+            child.note(f"{child.row['calls']} calls each (time limit)")
     child.row["load"] = os.getloadavg()[0]
     child.row.setdefault("status", "ok")
     child.stage("done")
@@ -311,7 +318,7 @@ def run_model(name, target: str, runs: int, compile_mode: str, limit: float, tmp
 def run_isolated(name: str, args, limit: float) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--target", args.target]
     cmd += ["--runs", str(args.runs), "--compile-mode", args.compile_mode]
-    cmd += ["--compile-limit", str(args.compile_limit)]
+    cmd += ["--compile-limit", str(args.compile_limit), "--seconds", str(limit)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
     timed_out = False
@@ -406,15 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--compile-limit", type=float, default=120, help="seconds torch.compile gets")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--seconds", type=float, default=300, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.runs = args.runs or (50 if args.target == "cuda" else 10)
     if args.compile_mode is None:
         args.compile_mode = "default" if args.target == "cuda" else "off"
     if args.child:
         with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
-            run_model(
-                args.child, args.target, args.runs, args.compile_mode, args.compile_limit, Path(tmp)
-            )
+            end = time.perf_counter() + args.seconds - 5  # the parent counted our start-up
+            mode, limit = args.compile_mode, args.compile_limit
+            run_model(args.child, args.target, args.runs, mode, limit, end, Path(tmp))
         return 0
     names = [n for n in args.models.split(",") if n] or torch_models()
     unknown = [n for n in names if n not in ENTRIES and n not in EXTRA]

@@ -140,7 +140,7 @@ def _gather_infer(node: Node):
     return [((*data.shape[:a], *idx.shape, *data.shape[a + 1 :]), data.dtype)]
 
 
-register("Gather", _gather_eval, _gather_infer, kind="injective", epilogue=True)
+register("Gather", _gather_eval, _gather_infer, kind="injective", epilogue=True, reads_half=(0,))
 
 
 register(

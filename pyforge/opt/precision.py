@@ -10,7 +10,9 @@ Which ops: GEMM-like ops run half (their float32 inputs are cast); ops that are 
 precision follow their inputs (half when one non-constant input is half); every other op, and
 every graph input and output, stays float32, with a Cast wherever a value crosses the border
 (but into an op's ``reads_half`` inputs, which its kernel widens at the load).
-A constant that does not fit float16 keeps its node in float32.
+A constant that does not fit float16 keeps its node in float32. A float32 constant that a half
+op reads as well (a tied embedding: the Gather's table is the logits GEMM's weights) is read in
+its float16 copy by the ``reads_half`` inputs too, so the weights are held once.
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ def to_fp16(graph: Graph) -> Graph:
         nodes += casts.pending + [node]
         casts.pending = []
     graph.nodes = nodes
+    for node in nodes:  # the float32 original of a constant with a half copy goes dead (dce)
+        for k in flag(node.op, "reads_half") or ():
+            v = node.inputs[k] if k < len(node.inputs) else None
+            if v is not None and v.dtype == F32 and id(v) in casts.consts:
+                node.inputs[k] = casts.consts[id(v)]
     # outputs keep their names and float32: the half value is renamed, the cast takes the name
     for k, v in enumerate(graph.outputs):
         if v.dtype == F16:

@@ -9,6 +9,16 @@ second stage is compiled for each new combination of shapes and values (kept, at
 plan; what crosses between them goes through host memory. Stages after the first cut get
 shape-generic kernels (``specialize=False``, cuda's default being True): their shapes follow the
 data (a box count), so specialised sources would differ, and compile, per stage and per run.
+
+Where the stages after the first cut run is ``StagedModel.rest_target``, by default "cpu" for
+every model: the arrays cross to the host at the cut anyway, and what follows a data-dependent
+node is small and varied (SSDlite's 362 rest stages: NMS tails, box decoding), so a cuda stage
+would pay a bind (module load, link, cuBLASLt search per shape, warm-up, graph capture) of
+0.5-1 s for a run of microseconds. The first stage (the backbone) runs on the model's target.
+Set ``m.rest_target = "cuda"`` before the first ``predict`` to keep every stage on the GPU; a
+cpu rest takes the target-independent options (fusion, verify, memory_limit, max_plans, state)
+and computes in fp32 whatever the first stage's precision. ``stats["stages"]`` says where each
+ran.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from . import errors
+from .options import CompileOptions, RuntimeOptions
 
 
 def _host(a: Any) -> np.ndarray:
@@ -53,6 +64,29 @@ class StagedModel:
         self._rest: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._tally = {"stages compiled": 0, "compile seconds": 0.0}  # nested levels share it
+        self.rest_target = "cpu"
+
+    @property
+    def rest_target(self) -> str:
+        """Where the stages after the first cut are compiled and run ("cpu" or "cuda")."""
+        return self._rest_target
+
+    @rest_target.setter
+    def rest_target(self, target: str) -> None:
+        if target not in ("cpu", "cuda"):
+            raise errors.OptionError("rest_target", f"rest_target={target!r}: 'cpu' or 'cuda'")
+        if self._rest:
+            raise errors.OptionError("rest_target", "set rest_target before the first predict")
+        self._rest_target = target
+
+    def _rest_options(self) -> tuple[CompileOptions, RuntimeOptions]:
+        o, r = self._options, self._runtime
+        if self._rest_target == self.target:
+            return replace(o, input_shapes={}, specialize=False), r
+        keep = ("fusion", "verify", "memory_limit", "max_plans", "state")
+        opts = CompileOptions(**{k: getattr(o, k) for k in keep}, specialize=False)
+        run = RuntimeOptions(max_concurrency=r.max_concurrency)
+        return opts.resolve(self._rest_target), run.resolve(self._rest_target)
 
     @property
     def inputs(self):
@@ -79,6 +113,8 @@ class StagedModel:
         return {
             "target": self.target,
             "stages": {
+                "first target": self.target,
+                "rest target": self._rest_target,
                 "cut at": self._why,
                 "host op": c.host.op_type if c.host is not None else None,
                 "constants": list(c.constants),
@@ -122,23 +158,19 @@ class StagedModel:
         with self._lock:
             rest = self._rest.get(key)
             if rest is None:
-                opts = replace(self._options, input_shapes={}, specialize=False)
+                opts, run = self._rest_options()
                 t0 = time.perf_counter()
                 rest = self._rest[key] = self._compile(
-                    c.rest(arrays), self.target, opts, runtime=self._runtime
+                    c.rest(arrays), self._rest_target, opts, runtime=run
                 )
                 if isinstance(rest, StagedModel):  # cut again: its own first stage included
-                    rest._tally = self._tally
+                    rest._tally, rest._rest_target = self._tally, self._rest_target
                 self._tally["stages compiled"] += 1
                 self._tally["compile seconds"] += time.perf_counter() - t0
                 while len(self._rest) > self._options.max_plans:
                     self._rest.popitem(last=False)
             self._rest.move_to_end(key)
-        out = (
-            rest.predict({n: env[n] for n in c.rest_inputs})
-            if rest.input_names
-            else rest.predict({})
-        )
+        out = rest.predict({n: arrays[n] for n in c.rest_inputs} if rest.input_names else {})
         env.update(out if isinstance(out, dict) else {rest.output_names[0]: out})
         result = {n: env[n] for n in c.outputs}
         return result[c.outputs[0]] if len(result) == 1 else result

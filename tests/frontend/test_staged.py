@@ -231,21 +231,23 @@ def test_stages_after_the_cut_are_tallied():
     tally = m.stage_tally
     assert tally["stages compiled"] == 2 and tally["compile seconds"] > 0  # seed 0's is reused
     assert m.stats["stages"]["stages compiled"] == 2
+    assert m.stats["stages"]["rest target"] == "cpu"
+    with pytest.raises(errors.OptionError, match="'cpu' or 'cuda'"):
+        m.rest_target = "gpu"
 
 
 @pytest.mark.sim
 @pytest.mark.skipif(INSIDE_SIM, reason="this is the launcher")
 def test_staged_cuda_in_simulator():
+    run_in_simulator(__file__ + "::test_cuda_stages_after_the_cut_run_on_the_host")
     run_in_simulator(__file__ + "::test_cuda_stages_after_the_cut_share_their_kernel_sources")
 
 
-@pytest.mark.skipif(not INSIDE_SIM, reason="runs inside the simulator subprocess")
-def test_cuda_stages_after_the_cut_share_their_kernel_sources():
-    """Their shapes follow the data: cuda's specialised kernels would be new sources (so new
-    compiles) for every count; the shape-generic ones are the same for all."""
+def _run_on_cuda(rest_target: str):
     model = _count_then_scale()
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     m = pyforge.compile(model, target="cuda")
+    m.rest_target = rest_target
     shapes = set()
     for seed in (0, 1):
         feeds = {"x": _rand(seed, (3, 4))}
@@ -254,5 +256,24 @@ def test_cuda_stages_after_the_cut_share_their_kernel_sources():
         np.testing.assert_allclose(got["y"], y, rtol=1e-6)
         np.testing.assert_allclose(got["total"], total, rtol=1e-5)
     assert len(shapes) == 2  # two counts, two rest plans
+    assert m._first.target == "cuda" and m.stats["stages"]["rest target"] == rest_target
+    assert [r.target for r in m._rest.values()] == [rest_target] * 2
+    return m
+
+
+@pytest.mark.skipif(not INSIDE_SIM, reason="runs inside the simulator subprocess")
+def test_cuda_stages_after_the_cut_run_on_the_host():
+    """By default only the first stage runs on cuda: the rest, small and shaped by the data,
+    would pay a GPU bind per stage (ssdlite's 362 of them) for microseconds of work."""
+    m = _run_on_cuda("cpu")
+    with pytest.raises(errors.OptionError, match="before the first predict"):
+        m.rest_target = "cuda"
+
+
+@pytest.mark.skipif(not INSIDE_SIM, reason="runs inside the simulator subprocess")
+def test_cuda_stages_after_the_cut_share_their_kernel_sources():
+    """With rest_target="cuda" their shapes follow the data: cuda's specialised kernels would be
+    new sources (so new compiles) for every count; the shape-generic ones are the same for all."""
+    m = _run_on_cuda("cuda")
     sources = [{k["cuda"] for k in r.plan.kernels.values()} for r in m._rest.values()]
     assert len(sources) == 2 and sources[0] == sources[1]

@@ -105,4 +105,11 @@ s11b)  # the eleventh session: SSDlite after the shape-generic rest stages, all-
     step 70 python3 scripts/decode_memory.py --precision $p 2>&1 | grep -v -i warn | tee "$OUT/decode_memory_$p.txt" | tail -12
   done
   ;;
+s11c)  # the eleventh session: SSDlite with host rest stages; decode after merged GEMMs + GQA attention kernel; attention alone; fp16 memory
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 280 python3 benchmarks/corpus.py --target cuda --isolate --timeout 250 --runs 3 --models ssdlite320_mobilenet_v3_large --md "$OUT/corpus_ssdlite.md" 2>&1 | grep -v -i warn | tee "$OUT/corpus_ssdlite.txt" | tail -6
+  step 60 python3 benchmarks/attention.py --target cuda --only gemma_dec256,gemma_dec256_short,gemma_dec1216 --rounds 5 --calls 50 2>&1 | grep -v -i warn | tee "$OUT/attention_gemma.txt" | tail -8
+  step 170 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 150 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -44
+  step 50 python3 scripts/decode_memory.py --precision fp16 2>&1 | grep -v -i warn | tee "$OUT/decode_memory_fp16.txt" | tail -12
+  ;;
 esac

@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -625,8 +626,9 @@ class Phases:
     def stages(self) -> str:
         """A staged model's stage compiles so far (pyforge/staged.py)."""
         t = getattr(self.model, "stage_tally", None)  # never .stats: that binds pending plans
+        on = getattr(self.model, "rest_target", "")
         return (
-            f" ({t['stages compiled']} stages compiled in {t['compile seconds']:.1f} s)"
+            f" ({t['stages compiled']} stages compiled in {t['compile seconds']:.1f} s on {on})"
             if t
             else ""
         )
@@ -700,25 +702,59 @@ def run_entry(name: str, target: str = "cpu", runs: int = 5, phase: Phases | Non
     return row
 
 
+def _stop(child: subprocess.Popen, grace: float = 5.0) -> str:
+    """SIGTERM (its handler prints the phase it was in), SIGKILL after ``grace`` s if it is busy
+    in native code (NVVM, ptxas) and no handler runs: "" or "killed". The child stays in our
+    process group, so an outer ``timeout`` that signals the group ends it too."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
+        if child.poll() is not None:
+            return ""
+        child.send_signal(sig)
+        try:
+            child.wait(timeout=wait)
+            return "" if sig == signal.SIGTERM else "killed"
+        except subprocess.TimeoutExpired:
+            pass
+    return "killed"
+
+
 def run_isolated(name: str, target: str, runs: int, timeout: float | None) -> Row:
-    """run_entry in a child process, so a crash or a runaway model is one row, not the end."""
+    """run_entry in a child process, so a crash or a runaway model is one row, not the end. At
+    the timeout the row comes within timeout + 10 s whatever the child does, with its phases:
+    its output is read as it comes (a thread per pipe), so a killed child's lines are kept."""
     cmd = [sys.executable, __file__, "--models", name, "--target", target, "--runs", str(runs)]
     child = subprocess.Popen(
-        [*cmd, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*cmd, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    got: dict[str, list[str]] = {"out": [], "err": []}
+    readers = [
+        threading.Thread(
+            target=lambda f, k: got[k].extend(iter(f.readline, "")), args=p, daemon=True
+        )
+        for p in ((child.stdout, "out"), (child.stderr, "err"))
+    ]
+    for r in readers:
+        r.start()
     try:
-        out, err = child.communicate(timeout=timeout)
+        child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        child.terminate()  # its handler prints the phase it was in
-        try:
-            out, err = child.communicate(timeout=15)
-        except subprocess.TimeoutExpired:  # busy in native code: what it printed so far is lost
-            child.kill()
-            out, err = child.communicate()
-        phases = [ln[6:] for ln in err.splitlines() if ln.startswith("phase ") and "..." not in ln]
+        killed = _stop(child)
+        for r in readers:
+            r.join(timeout=1)
+        err = [ln.rstrip("\n") for ln in list(got["err"])]
+        phases = [ln[6:] for ln in err if ln.startswith("phase ") and not ln.endswith(" ...")]
+        started = [ln[6:-4] for ln in err if ln.startswith("phase ") and ln.endswith(" ...")]
+        if killed and started:  # no handler ran: the phase last started is where it was
+            phases.append(f"{started[-1]} (killed at the timeout)")
         row = Row(name, ENTRIES[name].source, outcome=f"timeout: over {timeout:.0f} s")
         row.phases = ", ".join(phases)
         return row
+    for r in readers:
+        r.join(timeout=10)
+    out, err = "".join(got["out"]), "".join(got["err"])
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if child.returncode or not lines:
         tail = (err.strip().splitlines() or ["no output"])[-1][:200]

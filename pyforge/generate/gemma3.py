@@ -161,17 +161,19 @@ def _masks(g: _Graph, c: Gemma3Config, rows: int | None) -> tuple[str, str]:
 
 
 def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str, at) -> str:
-    p, hd = f"blk.{i}.", c.head_dim
+    p, hd, nq, nk = f"blk.{i}.", c.head_dim, c.heads, c.kv_heads
 
-    def heads(name: str, n: int, norm: bool) -> str:  # (b, seq, n*hd) -> (b, n, seq, hd)
-        y = g("Reshape", g("MatMul", x, p + name + ".weight"), g.ints(0, 0, n, hd))
-        y = _rms(g, y, p + name + "_norm.weight", "eps") if norm else y
-        y = g("Mul", y, "scale") if name == "attn_q" else y  # the norm's epilogue
-        return g("Transpose", y, perm=[0, 2, 1, 3])
+    def heads(name: str, n: int) -> str:  # (b, seq, n*hd) -> (b, seq, n, hd)
+        return g("Reshape", g("MatMul", x, p + name + ".weight"), g.ints(0, 0, n, hd))
 
-    q = _rotate(g, heads("attn_q", c.heads, True), cos, sin, hd // 2)
-    k = _rotate(g, heads("attn_k", c.kv_heads, True), cos, sin, hd // 2)
-    v = heads("attn_v", c.kv_heads, False)
+    # the q and k heads side by side: one norm (a scale per head, then q's times the attention
+    # scale, its epilogue) and one rotary, then each a run of heads (b, n, seq, hd): views
+    per_head = np.repeat([c.query_pre_attn_scalar**-0.5, 1], [nq, nk]).astype(np.float32)
+    qk = _rms(g, heads("attn_qk", nq + nk), p + "attn_qk_norm.weight", "eps")
+    qk = g("Mul", qk, g.const("qk_scale", per_head[:, None]))
+    qk = _rotate(g, g("Transpose", qk, perm=[0, 2, 1, 3]), cos, sin, hd // 2)
+    q, k = (g("Slice", qk, g.ints(a), g.ints(b), g.ints(1)) for a, b in ((0, nq), (nq, nq + nk)))
+    v = g("Transpose", heads("attn_v", nk), perm=[0, 2, 1, 3])
     for t, new in (("key", k), ("value", v)):  # at: a static cache's rows, written in place
         op, ins, kw = ("ScatterND", [at, new], {}) if at else ("Concat", [new], {"axis": 2})
         g.nodes.append(g.h.make_node(op, [f"past_key_values.{i}.{t}", *ins], [f"present.{i}.{t}"],
@@ -203,19 +205,14 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
         raise OptionError("cache", f"cache {cache!r}: expected 'concat' or 'static'")
     c, rows = config, max_context or min(config.context, 8192)
     g = _Graph()
-    for name, shape in weight_shapes(c).items():
-        w = weights.get(name)
-        if w is None or tuple(w.shape) != shape:
-            got = "missing" if w is None else f"shape {tuple(w.shape)}"
-            raise ModelLoadError(f"gemma3 weight {name!r}: {got}, expected {shape}")
-        w = np.asarray(w, np.float32)
-        if name == "token_embd.weight" or w.ndim == 1 or precision == "fp32":
-            g.const(name, w.T if w.ndim == 2 and name != "token_embd.weight" else w)
+    for name, w in _stored(c, weights).items():
+        matrix = w.ndim == 2 and name != "token_embd.weight" and not name.endswith("norm.weight")
+        if not matrix or precision == "fp32":
+            g.const(name, w.T if matrix else w)
         else:
             _store_cast(g, name, np.ascontiguousarray(w.T), precision)
     hd = c.head_dim
     g.const("eps", np.float32(c.eps))
-    g.const("scale", np.float32(c.query_pre_attn_scalar**-0.5))
     g.const("neg", NEG)
     tables = {}
     for kind, base in (("local", c.rope_local), ("global", c.rope_global)):
@@ -257,6 +254,24 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
     g.nodes.append(helper.make_node("Reshape", [flat, g("Concat", lead, g.ints(c.vocab), axis=0)],
                                     ["logits"], name="logits"))  # fmt: skip
     return _model(g, c, logits, static)
+
+
+def _stored(c: Gemma3Config, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The initializers by name, float32: each layer's q and k matrices and norm scales as one
+    (attn_qk, its rows q's then k's; attn_qk_norm, a row of scales per head)."""
+    out = {}
+    for name, shape in weight_shapes(c).items():
+        w = weights.get(name)
+        if w is None or tuple(w.shape) != shape:
+            got = "missing" if w is None else f"shape {tuple(w.shape)}"
+            raise ModelLoadError(f"gemma3 weight {name!r}: {got}, expected {shape}")
+        out[name] = np.asarray(w, np.float32)
+    for i in range(c.layers):
+        q, k = (out.pop(f"blk.{i}.attn_{t}.weight") for t in "qk")
+        qn, kn = (out.pop(f"blk.{i}.attn_{t}_norm.weight") for t in "qk")
+        out[f"blk.{i}.attn_qk.weight"] = np.concatenate([q, k])
+        out[f"blk.{i}.attn_qk_norm.weight"] = np.stack([qn] * c.heads + [kn] * c.kv_heads)
+    return out
 
 
 def state_map(config: Gemma3Config) -> dict[str, str]:

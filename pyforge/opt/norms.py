@@ -78,10 +78,11 @@ def _rms(graph: Graph, m: _Match, node: Node) -> tuple[Node, list[Node]] | None:
         mul = None  # the weight broadcasts the result to more dims
     w = None if mul is None else mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
     if w is not None and w.const is not None and w.dtype == np.float32:
-        lead = max(len(w.shape) - len(row), 0)
-        tail = w.shape[lead:]
-        fits = all(t in (1, r) for t, r in zip(tail[::-1], row[::-1]))
-        if fits and all(d == 1 for d in w.shape[:lead]):
+        # a scale per row too (the q and k heads' norms as one) when it stays within x's shape
+        tail = w.shape
+        while len(tail) > len(row) and tail[0] == 1:
+            tail = tail[1:]
+        if len(tail) <= len(x.shape):
             tail_c = np.ascontiguousarray(w.const.reshape(tail))
             scale, out = graph.constant(tail_c, "rms_scale"), mul.outputs[0]
             gone.append(mul)

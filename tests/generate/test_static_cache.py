@@ -266,8 +266,9 @@ def test_a_saved_state_plan_loads_strictly(tmp_path):
 
 def test_the_cuda_decode_step_re_views_q_k_v_without_a_kernel(config, weights):
     """Per layer of the cuda decode plan: 4 GEMMs (q, k, v one, gate and up one, their parts
-    views) and 12 kernels; the seq-1 head Transposes and the logits' last row are views, rotary
-    is one kernel (Gather + Mul + Mul + Add), the GELU one kernel with its Mul."""
+    views) and 10 kernels; the seq-1 head Transposes and the logits' last row are views, the q
+    and k heads one norm and one rotary kernel (Gather + Mul + Mul + Add), the GELU one kernel
+    with its Mul."""
     from pyforge.compiler import compile_to_plan
     from pyforge.options import CompileOptions
 
@@ -282,8 +283,8 @@ def test_the_cuda_decode_step_re_views_q_k_v_without_a_kernel(config, weights):
     assert ops.count("Slice") == 0
     assert ops.count("MatMul") == 4 * config.layers
     kernels = [s for s in plan.steps if hasattr(s, "kernel")]
-    assert ops.count("Gather+Mul+Mul+Add") == 2 * config.layers
-    assert len(kernels) == 12 * config.layers + 11, ops  # tables, masks, indices, ends
+    assert ops.count("Gather+Mul+Mul+Add") == ops.count("RMSNormalization+Mul") == config.layers
+    assert len(kernels) == 10 * config.layers + 11, ops  # tables, masks, indices, ends
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def norm_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     off = kb.offset(contiguous_strides(x.shape[a:]), inner)
     y = kb.tmp("y")
     scale = node.inputs[1]
-    soff = kb.offset(broadcast_strides(scale.shape, x.shape[a:]), inner)
+    soff = kb.offset(broadcast_strides(scale.shape, x.shape), coords)  # per row: qk's heads
     x_c = f"({{}} - {k} - {m})" if x.dtype == node.outputs[0].dtype else f"(f32({{}}) - {k} - {m})"
     line = f"{y} = {t}({x_c} * {inv}) * {kb.tensor(scale.name)}[{soff}]"
     kb.emit(line.format(f"{base}v[{off}]"), cuda=line.format(f"{src}[{base} + {off}]"))

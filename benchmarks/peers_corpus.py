@@ -371,7 +371,9 @@ def table(rows: list[dict]) -> str:
         cells.append(
             f"{par:.1e} ({r['parity_rel']})" if par is not None else r.get("parity_rel", "")
         )
-        cells += [_fmt(r.get("ort_parity"), ".1e"), _fmt(r.get("compile_s"), ".1f")]
+        tc = r.get("torch_compile_s")
+        comp = _fmt(r.get("compile_s"), ".1f") + (f" (torch.compile {tc:.0f})" if tc else "")
+        cells += [_fmt(r.get("ort_parity"), ".1e"), comp]
         cells += [_fmt(r.get("load"), ".1f")]
         why = "; ".join([r.get("status", ""), *r.get("notes", [])]).strip("; ")
         cells.append(why.replace("|", "\\|"))

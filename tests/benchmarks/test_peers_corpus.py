@@ -21,7 +21,7 @@ def test_named_models_first_and_no_ort_variants():
 def test_table_ratios_geomean_and_failed_rows():
     rows = [
         {"model": "a", "ms": {"pyforge": 2.0, "ORT CPU": 1.0}, "parity": 1e-6,
-         "parity_rel": "1.0e-07 rel", "status": "ok"},
+         "parity_rel": "1.0e-07 rel", "status": "ok", "compile_s": 3.0, "torch_compile_s": 41.0},
         {"model": "b", "ms": {"pyforge": 1.0, "ORT CPU": 4.0}, "parity": 2e-6,
          "parity_rel": "2.0e-07 rel", "status": "ok"},
         {"model": "c", "status": "pyforge fails: UnsupportedOpError: Foo"},
@@ -29,6 +29,7 @@ def test_table_ratios_geomean_and_failed_rows():
     text = pc.table(rows)
     lines = text.splitlines()
     assert "| a |" in lines[2] and "2.00x" in lines[2] and "1.0e-06" in lines[2]
+    assert "3.0 (torch.compile 41)" in lines[2]
     assert "0.25x" in lines[3]
     assert "| c |" in lines[4] and "UnsupportedOpError" in lines[4]
     assert "0.71x (n=2)" in lines[5]  # sqrt(2 * 0.25)

@@ -235,6 +235,7 @@ def run_model(name, target, runs, compile_mode, limit: float, end: float, tmp: P
         child.stage("done", status="skipped: the builder exports no torch module")
         return child.row
     net, example, names = seen[-1]
+    child.stage("torch")
     dims = run_dims(e)
     child.row["dims"] = ", ".join(f"{k}={v}" for k, v in dims.items())
     feeds = make_feeds(path, dataclasses.replace(e, dims=(dims, dims)), 0, seed=1)

@@ -32,7 +32,7 @@ def _has_body(node: onnx.NodeProto) -> bool:
     return any(a.type in _GRAPH_KINDS for a in node.attribute)
 
 
-def _static(g: onnx.GraphProto, inits: set[str]) -> set[int]:
+def _static(g: onnx.GraphProto, inits: set[str], reads: list[list[str]]) -> set[int]:
     """The nodes computed from constants alone: both stages compute them, so a constant the
     first stage reads stays a constant of the second (a Slice's axes, say)."""
     known, found = set(inits), set()
@@ -42,7 +42,7 @@ def _static(g: onnx.GraphProto, inits: set[str]) -> set[int]:
             and not n.op_type.startswith(_DRAWS)
             and (n.input or n.op_type == "Constant")
         )
-        if pure and all(r in known for r in node_reads(n)):
+        if pure and all(r in known for r in reads[i]):
             found.add(i)
             known.update(n.output)
     return found
@@ -59,6 +59,7 @@ class Cut:
     outputs: list[str]  # the model's outputs, in order
     _proto: onnx.ModelProto = field(repr=False)
     _rest_nodes: list[onnx.NodeProto] = field(repr=False)
+    _rest_reads: set[str] = field(repr=False, default_factory=set)
 
     def rest(self, arrays: dict[str, np.ndarray]) -> onnx.ModelProto:
         """The second stage for one run: ``constants`` as initializers holding their values,
@@ -74,7 +75,7 @@ class Cut:
         inits = [
             numpy_helper.from_array(np.asarray(arrays[n], order="C"), n) for n in self.constants
         ]
-        used = {n for node in self._rest_nodes for n in node_reads(node)}
+        used = self._rest_reads
         inits += [t for t in g.initializer if t.name in used and t.name not in self.constants]
         outs = [o for o in g.output if o.name in made]
         graph = helper.make_graph(self._rest_nodes, g.name or "rest", inputs, outs, inits)
@@ -107,27 +108,27 @@ def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
     # the first stage: every node the importer took before this one (so the rest, imported
     # again, starts here rather than re-importing the nodes that no later cut needs)
     taken = set(err.taken)
-    static = _static(g, inits)
+    reads = [node_reads(n) for n in g.node]  # once: each cut of ssdlite walks ~900 nodes often
+    static = _static(g, inits, reads)
     first_nodes = [n for i, n in enumerate(g.node) if i in taken]
     # the rest computes again the constant-only nodes it reads (so they stay constants there)
     wanted = {o.name for o in g.output} | set(node_reads(host) if host is not None else ())
-    wanted.update(r for i, n in enumerate(g.node) if i not in taken for r in node_reads(n))
+    wanted.update(r for i in range(len(g.node)) if i not in taken for r in reads[i])
     for i in reversed([i for i in err.taken if i in static]):
         if wanted.intersection(g.node[i].output):
-            wanted.update(node_reads(g.node[i]))
+            wanted.update(reads[i])
         else:
             static.discard(i)
-    rest_nodes = [
-        n for i, n in enumerate(g.node) if (i not in taken or i in static) and n is not host
-    ]
+    rest_at = [i for i, n in enumerate(g.node) if (i not in taken or i in static) and n is not host]
+    rest_nodes = [g.node[i] for i in rest_at]
     made_first = {o for n in first_nodes for o in n.output if o}
     early = made_first - {o for i in static for o in g.node[i].output}
-    read = [r for n in rest_nodes for r in node_reads(n)] + [o.name for o in g.output]
+    read = [r for i in rest_at for r in reads[i]] + [o.name for o in g.output]
     read += node_reads(host) if host is not None else []
     first_outputs = list(
         dict.fromkeys([n for n in needs if n in made_first] + [r for r in read if r in early])
     )
-    first_reads = {r for n in first_nodes for r in node_reads(n)}
+    first_reads = {r for i in sorted(taken) for r in reads[i]}
     first_inputs = [n for n in graph_inputs if n in first_reads]
     constants = [n for n in needs if host is None and n not in inits]
     later = set(host.output) if host is not None else set()
@@ -154,6 +155,7 @@ def cut(proto: onnx.ModelProto, err: DataDependentError) -> Cut:
         [o.name for o in g.output],
         proto,
         rest_nodes,
+        {r for i in rest_at for r in reads[i]},
     )
 
 

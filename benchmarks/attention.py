@@ -11,8 +11,7 @@ Workloads (seeded random weights, batch 1, additive (B, 1, 1, S) padding mask):
 the fused kernel with the prefill kernel off: the per-row kernel); ``gemma_dec256``,
 ``gemma_dec256_short`` and ``gemma_dec1216`` (only by --only) Gemma 3's decode step against a
 static cache of max_context 256 / 1216 (4 query heads on 1 KV head of 256, a Where mask keeping the
-first 133 / 9 / 1088 keys; on cuda also the fused kernel with the decode kernel off: the per-row
-split kernel).
+first 133 / 9 / 1088 keys).
 Per round each contender runs ``--calls`` predicts; a figure is the median of the round
 medians, [min-max] over rounds. On cuda, inputs and outputs stay on the device (pyforge takes
 Numba device arrays) and torch (when installed) runs the same q/k/v through SDPA captured in a
@@ -163,20 +162,6 @@ def cache_attention(heads, kv, sk, d, valid):
     return model, feeds
 
 
-@contextlib.contextmanager
-def decode_kernel(on: bool):
-    """cuda: the decode kernel, or (off) the per-row split kernel in its place."""
-    from pyforge.lower_numba.templates import attention as lowering
-
-    saved = lowering.decode
-    if not on:
-        lowering.decode = lambda sq, g, d, dv: False
-    try:
-        yield
-    finally:
-        lowering.decode = saved
-
-
 def launch_us(compiled, reps: int = 50) -> float:
     """cuda: device time of one FusedAttention launch, ``reps`` of them in a CUDA graph of their
     own timed by events (no host gaps), or nan where the plan has none."""
@@ -267,13 +252,11 @@ def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
     want = sess.run(None, feeds)[0]  # the parity reference on both targets
     if target == "cpu":
         runs["ORT"] = lambda: [sess.run(None, feeds) for _ in range(calls)]
-    configs = [(True, True, True, "fused"), (False, True, True, "unfused")]
+    configs = [(True, True, "fused"), (False, True, "unfused")]
     if target == "cuda" and spec.get("d", 0) >= 128 and spec.get("sq", 0) > 16:
-        configs.append((True, False, True, "fused per-row"))
-    if target == "cuda" and "kv" in spec:
-        configs.append((True, True, False, "fused per-row"))
-    for on, pre, dec, name_ in configs:
-        with attention_pass(on), prefill_kernel(pre), decode_kernel(dec):
+        configs.append((True, False, "fused per-row"))
+    for on, pre, name_ in configs:
+        with attention_pass(on), prefill_kernel(pre):
             compiled = pyforge.compile(model, target=target)
         label = f"pyforge {name_}"
         got = compiled.predict(feeds)

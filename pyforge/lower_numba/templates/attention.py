@@ -24,17 +24,7 @@ from ..emit import (
 )
 from ..registry import lowering
 from ..scalar import lit
-from .attention_cuda import (
-    decode,
-    decode_kernel,
-    decode_workspace,
-    per_row,
-    prefill,
-    prefill_kernel,
-    row_kernel,
-    splits,
-    tiled_kernel,
-)
+from .attention_cuda import per_row, prefill, prefill_kernel, row_kernel, splits, tiled_kernel
 
 SCORES_CPU = 32768  # floats of a query block's scores (qb x keys): 128 KiB, within L2
 
@@ -292,23 +282,17 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     lit_num = lambda value, hint: str(int(value))
     cuda_f = _fields(node, names, lit_num, False)
     pre = prefill(sq, d, dv)
-    hk = k.shape[a["k_perm"][1]]
-    dec = not pre and decode(sq, heads // hk, d, dv)
-    dec_dims = (bsz, heads, hk, sq, d, dv, sk)
-    rows = per_row(sq, d, sk) and not pre and not dec
+    rows = per_row(sq, d, sk) and not pre
     split = splits(sq * heads * bsz, sk) if rows else 1
-    # split: the block counter, then the parts' buffer (lower.py adds it: workspace)
-    if split > 1 or (dec and decode_workspace(dec_dims)):
+    if split > 1:  # the block counter, then the parts' buffer (lower.py adds it: workspace)
         kb.params += ["err", "ws"]
         kb.args.append(("e", 0))
     params = ", ".join(kb.params)
     cpu = HEADER + RUNTIME_MARK + "\n" + _CPU.format(params=params, **cpu_f) + FEXP_CPU
     kept = _kept(node, names, lit_num, "i") if _skips(node) else None
-    if pre or rows or dec:
-        cuda_f["mask"] = _mask(node, names, lit_num, False, 16 if dec else 12)
-    if dec:
-        cuda, grid, nt = decode_kernel(cuda_f, params, dec_dims, kept)
-    elif pre:
+    if pre or rows:
+        cuda_f["mask"] = _mask(node, names, lit_num, False, 12)
+    if pre:
         cuda, grid, nt = prefill_kernel(cuda_f, params, (bsz, heads, sq, d, dv, sk), kept)
     elif rows:
         cuda, grid, nt = row_kernel(cuda_f, params, (bsz, heads, sq, d, dv, sk), split, kept)
@@ -318,5 +302,4 @@ def attention_rows(node: Node, kb: KernelBuilder) -> KernelCall:
     call = KernelCall(cpu, cuda, key, n, list(kb.args), kb.label)
     call.launch = (grid, nt)
     call.workspace = sq * heads * bsz * split * (dv + 2) if split > 1 else 0
-    call.workspace = decode_workspace(dec_dims) if dec else call.workspace
     return call

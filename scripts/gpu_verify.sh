@@ -112,4 +112,9 @@ s11c)  # the eleventh session: SSDlite with host rest stages; decode after merge
   step 170 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 150 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -44
   step 50 python3 scripts/decode_memory.py --precision fp16 2>&1 | grep -v -i warn | tee "$OUT/decode_memory_fp16.txt" | tail -12
   ;;
+s11d)  # the eleventh session's last call: decode after reverting the GQA kernel; peers.py --corpus against PyTorch on the H200
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 110 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 90 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -5
+  step 240 python3 benchmarks/peers.py --corpus --target cuda --budget 220 --timeout 110 --compile-mode off --md "$OUT/peers_corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_corpus_cuda.txt" | tail -20
+  ;;
 esac

@@ -88,7 +88,7 @@ def _contiguous_start(shape: tuple[int, ...], node: Node) -> int | None:
     last = narrowed[-1] if narrowed else 0
     if any(len(r) == 0 for r in ranges) or any(len(r) != 1 for r in ranges[:last]):
         return None
-    if len(ranges[last]) > 1 and ranges[last].step != 1:
+    if any(len(r) > 1 and r.step != 1 for r in ranges):  # a whole dim reversed is no run either
         return None
     start, stride = 0, 1
     for r, d in zip(ranges[::-1], shape[::-1]):

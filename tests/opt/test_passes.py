@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-import pyforge.compiler  # noqa: F401  (registers every pass)
+import pyforge
+import pyforge.compiler  # registers every pass
 from pyforge.errors import IRVerificationError
 from pyforge.frontend import import_onnx
 from pyforge.ir import Graph, Node, Value
@@ -168,3 +169,20 @@ def test_an_independent_elementwise_input_joins_the_gathers_epilogue():
     x = rng.standard_normal((1, 4, 2, 8)).astype(np.float32)
     compiled, _ = check_against_ort(rotary_model(), {"x": x})
     assert compiled.stats["kernels"] == 1
+
+
+def test_slice_view_leaves_a_reversed_dim_a_slice():
+    """Fuzz seed 18: steps of -1 over a whole dim keep every element (no dim looks narrowed),
+    but the result runs backwards: not a view."""
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [ints("s", [2, 5]), ints("e", [-(2**62), -6]), ints("a", [0, 1]), ints("t", [-1, -1])]
+    nodes = [
+        helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["r"], name="rev"),
+        helper.make_node("Neg", ["r"], ["y"], name="neg"),
+    ]
+    model = make_model(nodes, [("x", np.float32, [1, 5])], [("y", np.float32, [1, 5])], inits)
+    graph = PassManager(["const_fold", "slice_view"]).run(import_onnx(model))
+    assert "ContiguousSlice" not in [n.op for n in graph.nodes]
+    x = np.random.default_rng(4).standard_normal((1, 5)).astype(np.float32)
+    got = pyforge.compile(model, target="cpu").predict(x)
+    np.testing.assert_array_equal(got, -x[:, ::-1])

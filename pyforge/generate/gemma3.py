@@ -169,11 +169,15 @@ def _attention(g, c: Gemma3Config, i: int, x: str, mask: str, cos: str, sin: str
     # the q and k heads side by side: one norm (a scale per head, then q's times the attention
     # scale, its epilogue) and one rotary, then each a run of heads (b, n, seq, hd): views
     per_head = np.repeat([c.query_pre_attn_scalar**-0.5, 1], [nq, nk]).astype(np.float32)
-    qk = _rms(g, heads("attn_qk", nq + nk), p + "attn_qk_norm.weight", "eps")
+    # q, k and v from one GEMM, each a column run of its result (a view at seq 1): every plan
+    # of the model has the same weights, so they share one copy
+    qkv = heads("attn_qkv", nq + 2 * nk)
+    qk, v = (g("Slice", qkv, g.ints(a), g.ints(b), g.ints(2)) for a, b in ((0, nq + nk), (nq + nk, nq + 2 * nk)))  # fmt: skip
+    qk = _rms(g, qk, p + "attn_qk_norm.weight", "eps")
     qk = g("Mul", qk, g.const("qk_scale", per_head[:, None]))
     qk = _rotate(g, g("Transpose", qk, perm=[0, 2, 1, 3]), cos, sin, hd // 2)
     q, k = (g("Slice", qk, g.ints(a), g.ints(b), g.ints(1)) for a, b in ((0, nq), (nq, nq + nk)))
-    v = g("Transpose", heads("attn_v", nk), perm=[0, 2, 1, 3])
+    v = g("Transpose", v, perm=[0, 2, 1, 3])
     for t, new in (("key", k), ("value", v)):  # at: a static cache's rows, written in place
         op, ins, kw = ("ScatterND", [at, new], {}) if at else ("Concat", [new], {"axis": 2})
         g.nodes.append(g.h.make_node(op, [f"past_key_values.{i}.{t}", *ins], [f"present.{i}.{t}"],
@@ -238,8 +242,9 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
                        mask_sliding if sl else mask_global, cos, sin, at)  # fmt: skip
         h = g("Add", h, _rms(g, a, p + "post_attention_norm.weight", "eps"))
         x = _rms(g, h, p + "ffn_norm.weight", "eps")
-        f = g("Mul", _gelu_tanh(g, g("MatMul", x, p + "ffn_gate.weight")),
-              g("MatMul", x, p + "ffn_up.weight"))  # fmt: skip
+        gate_up = g("MatMul", x, p + "ffn_gate_up.weight")  # gate's columns, then up's
+        gate, up = (g("Slice", gate_up, g.ints(a), g.ints(b), g.ints(2)) for a, b in ((0, c.ffn), (c.ffn, 2 * c.ffn)))  # fmt: skip
+        f = g("Mul", _gelu_tanh(g, gate), up)
         h = g(
             "Add",
             h,
@@ -257,8 +262,9 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
 
 
 def _stored(c: Gemma3Config, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The initializers by name, float32: each layer's q and k matrices and norm scales as one
-    (attn_qk, its rows q's then k's; attn_qk_norm, a row of scales per head)."""
+    """The initializers by name, float32: each layer's q, k and v matrices as one (attn_qkv, its
+    rows q's, k's, then v's), q's and k's norm scales as one (attn_qk_norm, a row of scales per
+    head), the gate and up matrices as one (ffn_gate_up)."""
     out = {}
     for name, shape in weight_shapes(c).items():
         w = weights.get(name)
@@ -267,9 +273,11 @@ def _stored(c: Gemma3Config, weights: dict[str, np.ndarray]) -> dict[str, np.nda
             raise ModelLoadError(f"gemma3 weight {name!r}: {got}, expected {shape}")
         out[name] = np.asarray(w, np.float32)
     for i in range(c.layers):
-        q, k = (out.pop(f"blk.{i}.attn_{t}.weight") for t in "qk")
+        q, k, v = (out.pop(f"blk.{i}.attn_{t}.weight") for t in "qkv")
         qn, kn = (out.pop(f"blk.{i}.attn_{t}_norm.weight") for t in "qk")
-        out[f"blk.{i}.attn_qk.weight"] = np.concatenate([q, k])
+        out[f"blk.{i}.attn_qkv.weight"] = np.concatenate([q, k, v])
+        gate, up = (out.pop(f"blk.{i}.ffn_{t}.weight") for t in ("gate", "up"))
+        out[f"blk.{i}.ffn_gate_up.weight"] = np.concatenate([gate, up])
         out[f"blk.{i}.attn_qk_norm.weight"] = np.stack([qn] * c.heads + [kn] * c.kv_heads)
     return out
 

@@ -187,4 +187,5 @@ register(
     const_inputs=(1, 2, 3, 4),
     kind="injective",
     epilogue=True,
+    half="follow",
 )

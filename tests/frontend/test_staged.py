@@ -48,17 +48,7 @@ def _rand(seed, shape):
 
 
 def test_nonzero_feeds_later_ops():
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"]),
-        helper.make_node("NonZero", ["r"], ["nz"]),
-        helper.make_node("Transpose", ["nz"], ["t"], perm=[1, 0]),
-        helper.make_node("Cast", ["t"], ["tf"], to=T.FLOAT),
-        helper.make_node("Mul", ["tf", "s"], ["y"]),
-        helper.make_node("ReduceSum", ["r"], ["total"], keepdims=0),
-    ]
-    model = _model(
-        nodes, [("x", T.FLOAT, [3, 4])], ["y", "total", "nz"], [("s", np.float32([2, 3]))]
-    )
+    model = _count_then_scale(("y", "total", "nz"))
     m = _check(model, [{"x": _rand(s, (3, 4))} for s in range(3)])
     assert m.stats["stages"]["host op"] == "NonZero"
     assert m.stats["stages"]["rest plans held"] >= 2  # the count of nonzeros differs per seed
@@ -212,7 +202,7 @@ def test_a_staged_model_cannot_be_saved(tmp_path):
         m.predict({"y": np.ones(5, np.float32)})
 
 
-def _count_then_scale():
+def _count_then_scale(outputs=("y", "total")):
     """y = float(transpose(nonzero(relu(x)))) * s: the rest's shape is the count of positives."""
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
@@ -223,7 +213,7 @@ def _count_then_scale():
         helper.make_node("ReduceSum", ["r"], ["total"], keepdims=0),
     ]
     inputs = [("x", T.FLOAT, [3, 4])]
-    return _model(nodes, inputs, ["y", "total"], [("s", np.float32([2, 3]))])
+    return _model(nodes, inputs, list(outputs), [("s", np.float32([2, 3]))])
 
 
 def test_stages_after_the_cut_are_tallied():

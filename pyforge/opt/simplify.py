@@ -129,7 +129,9 @@ def slice_view(graph: Graph) -> Graph:
 @register_pass("merge_matmuls")
 def merge_matmuls(graph: Graph) -> Graph:
     """MatMuls of one row by constant matrices of one dtype become one MatMul over the matrices
-    side by side, each result a view of a column range (a decode step's q, k and v)."""
+    side by side, each result a view of a column range (a decode step's q, k and v). Its cost:
+    the merged matrices are weights the model's many-row plans lack, so a model with both holds
+    two weight arrays; Gemma 3's decoder stores them merged instead (generate/gemma3.py)."""
     users, outputs = graph.consumers(), {id(v) for v in graph.outputs}
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes:

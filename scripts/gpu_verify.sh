@@ -117,4 +117,11 @@ s11d)  # the eleventh session's last call: decode after reverting the GQA kernel
   step 110 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 90 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -5
   step 240 python3 benchmarks/peers.py --corpus --target cuda --budget 220 --timeout 110 --compile-mode off --md "$OUT/peers_corpus_cuda.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_corpus_cuda.txt" | tail -20
   ;;
+s12a)  # the twelfth session's first call: device memory after the merged weights (de37f13), decode profile at 1216
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  for p in fp32 fp16; do
+    step 80 python3 scripts/decode_memory.py --precision $p 2>&1 | grep -v -i warn | tee "$OUT/decode_memory_$p.txt" | tail -12
+  done
+  step 150 python3 benchmarks/generate_gpu.py --quick --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 1 --budget 130 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -60
+  ;;
 esac

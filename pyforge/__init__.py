@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -265,10 +266,13 @@ class CompiledModel:
             f"outputs={self.outputs}, launches={self.stats.get('launches')})"
         )
 
-    def predict(self, x: np.ndarray | dict[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
+    def predict(
+        self, x: np.ndarray | dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> np.ndarray | dict[str, np.ndarray]:
         """Run one inference: one array for a single-input model (or a dict name -> array);
         returns one array for a single-output model, else a dict name -> array. A new input
-        signature compiles (and keeps) a plan for it first.
+        signature compiles (and keeps) a plan for it first. ``outputs``: the output names
+        wanted (a dict of them comes back; on cuda only they are copied to the host).
 
         On the cuda target, inputs may be GPU arrays (Numba, CuPy, torch: anything with
         ``__cuda_array_interface__``); they are copied device to device, and the outputs come
@@ -279,14 +283,19 @@ class CompiledModel:
         """
         if self._padding is not None:  # up to the length's bucket; the outputs cut back after
             x, length = _pad(self._padding, self.input_names, x)
+        if outputs is not None and (bad := set(outputs) - set(self.output_names)):
+            raise errors.InputError(f"outputs {sorted(bad)}: the model's are {self.output_names}")
         bound = self._plan_for(_feed_key(self._names, x))
+        wanted = (outputs,) if self.target == "cuda" else ()  # the cpu's outputs are no copy
         if self.state:
             with self._state_lock:
-                outs = bound.runtime.run(normalise_feeds(bound.plan, x))
+                outs = bound.runtime.run(normalise_feeds(bound.plan, x), *wanted)
         else:
-            outs = bound.runtime.run(normalise_feeds(bound.plan, x))
+            outs = bound.runtime.run(normalise_feeds(bound.plan, x), *wanted)
         if self._padding is not None:
             outs = {n: _cut(a, self._padding.outputs[n], length) for n, a in outs.items()}
+        if outputs is not None:
+            return {n: outs[n] for n in outputs}
         return outs[bound.plan.outputs[0]] if len(outs) == 1 else outs
 
     def _plan_for(self, key: tuple | None) -> _Bound:

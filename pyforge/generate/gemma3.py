@@ -258,6 +258,9 @@ def build_decoder(config: Gemma3Config, weights: dict[str, np.ndarray], precisio
     lead = g("Slice", g("Shape", h), g.ints(0), g.ints(2), g.ints(0))
     g.nodes.append(helper.make_node("Reshape", [flat, g("Concat", lead, g.ints(c.vocab), axis=0)],
                                     ["logits"], name="logits"))  # fmt: skip
+    if logits == "last":  # the greedy pick on the device: a step then copies an id, not logits
+        g.nodes.append(helper.make_node("ArgMax", ["logits"], ["next_token"], name="next_token",
+                                        axis=-1, keepdims=1))  # fmt: skip
     return _model(g, c, logits, static)
 
 
@@ -311,6 +314,8 @@ def _model(g: _Graph, c: Gemma3Config, logits: str, static: int | None):
               helper.make_tensor_value_info("position_ids", i64, [b, "seq"])]  # fmt: skip
     outputs = [helper.make_tensor_value_info(
         "logits", f32, [b, "seq" if logits == "all" else 1, c.vocab])]  # fmt: skip
+    if logits == "last":
+        outputs.append(helper.make_tensor_value_info("next_token", i64, [b, 1, 1]))
     for i in range(c.layers):
         for t in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(

@@ -233,6 +233,9 @@ class TextGenerator:
         self.max_context = min(max_context, lay.static) if lay.static else max_context
         self._cache = _Held() if lay.static else _Cache(lay, max_context, model.target == "cuda")
         self.last: Generation | None = None
+        # a decoder's own greedy pick (gemma3's next_token): greedy steps copy it, not the logits
+        self._next = "next_token" in model.output_names
+        self._want: tuple[str, ...] | None = None
 
     @classmethod
     def from_onnx(
@@ -327,7 +330,7 @@ class TextGenerator:
         unknown = sorted(set(sampling) - {"do_sample", "temperature", "top_k", "top_p", "seed"})
         if unknown:
             raise errors.OptionError(unknown[0], f"generate takes no option {unknown[0]!r}")
-        choose = Sampling(**sampling).chooser()
+        sampler = Sampling(**sampling)
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise errors.InputError("a str prompt needs a tokenizer: pass token ids instead")
@@ -345,14 +348,16 @@ class TextGenerator:
                 f"the prompt has {len(ids)} tokens: 1 to max_context={self.max_context} fit "
                 "(pass a larger max_context for a longer one)"
             )
+        choose = None if self._next and not sampler.do_sample else sampler.chooser()
         return ids, max_new_tokens, choose, stops
 
     def _run(self, result: Generation, ids, max_new_tokens, choose, stops) -> Iterator[int]:
         self.last, result.prompt_tokens = result, len(ids)
+        self._want = ("next_token",) if choose is None else None  # then a step returns the id
         t0 = time.perf_counter()
         logits = self._prefill(ids, result)
         for step in range(max_new_tokens):
-            token = choose(logits)
+            token = choose(logits) if choose else logits
             if step == 0:
                 result.prefill_ms = (time.perf_counter() - t0) * 1e3
             else:
@@ -392,7 +397,7 @@ class TextGenerator:
 
     def _step(self, ids: list[int], width: int) -> np.ndarray:
         """Feed ``ids`` after the held rows, left-padded to ``width`` with masked tokens; their
-        rows join the cache; returns the last token's logits."""
+        rows join the cache; returns the last token's logits (its greedy id when ``_want``)."""
         cache, held, pad = self._cache, len(self._cache.tokens), width - len(ids)
         if self.layout.static:
             return self._static_step(ids, width)
@@ -411,6 +416,8 @@ class TextGenerator:
         outs = self.model.predict(feeds)
         grown = -(-(held + len(ids)) // self.decode_bucket) * self.decode_bucket
         cache.append(outs, stride + pad, ids, max(stride, min(grown, self.max_context)))
+        if self._want:
+            return int(np.asarray(outs["next_token"]).reshape(-1)[-1])
         logits = outs["logits"]
         logits = logits.copy_to_host() if hasattr(logits, "copy_to_host") else np.asarray(logits)
         return logits[0, -1]
@@ -424,8 +431,11 @@ class TextGenerator:
         pos = np.concatenate([np.arange(held + n, held + width), np.arange(held, held + n)])
         feeds = {"input_ids": np.array([[ids[0]] * (width - n) + ids], np.int64),
                  "attention_mask": mask, "position_ids": pos[None]}  # fmt: skip
-        logits = self.model.predict(feeds)["logits"]
+        outs = self.model.predict(feeds, outputs=self._want)
         self._cache.tokens.extend(ids)
+        if self._want:
+            return int(np.asarray(outs["next_token"]).reshape(-1)[-1])
+        logits = outs["logits"]
         logits = logits.copy_to_host() if hasattr(logits, "copy_to_host") else np.asarray(logits)
         return logits[0, -1]
 

@@ -319,7 +319,7 @@ class KernelBuilder:
         at_cpu="",
     ) -> None:
         """At row level: ``acc`` = ``combine`` ({a}, {v}) folded over ``term`` ({v}: the element
-        ``at`` + j, j < L; ``at`` is "t0[b1 + "). cpu: one contiguous pass, ROW_UNROLL partial
+        ``at`` + j, j < L, and {j}: its index; ``at`` is "t0[b1 + "). cpu: one contiguous pass, ROW_UNROLL partial
         folds in flight (a single one waits out each add's latency); cuda: each thread of the
         row's block a strided part, then a tree in shared memory; every thread holds the result.
         ``keep`` ("t1[b1 + "): each term is also stored there, for the element loop to reuse
@@ -331,7 +331,10 @@ class KernelBuilder:
 
         def fold(a: str, at_j: str, cpu: bool = False) -> list[str]:
             x = self.tmp("x")
-            val, lines = term.format(v=x), [f"    {x} = {(at_cpu or at) if cpu else at}{at_j}]"]
+            val, lines = (
+                term.format(v=x, j=f"({at_j})"),
+                [f"    {x} = {(at_cpu or at) if cpu else at}{at_j}]"],
+            )
             if keep:
                 lines.append(f"    {keep}{at_j}] = {val}")
                 val = f"{keep}{at_j}]"

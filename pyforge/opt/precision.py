@@ -114,6 +114,10 @@ def to_fp16(graph: Graph) -> Graph:
         if v.dtype == F16:
             name = v.name
             v.name = graph.fresh_name(f"{name}_f16")
+            made = casts.made.get((id(v), F32.str))
+            if made is not None:  # a float32 consumer's cast already gives it: take its name
+                made.name, graph.outputs[k] = name, made
+                continue
             out = Value(name, v.shape, F32)
             node = Node("Cast", [v], [out], {"to": F32}, f"cast_{name}")
             graph.add_node(node)

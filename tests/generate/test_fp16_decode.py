@@ -24,9 +24,12 @@ out = {}
 for target, precision in (("cpu", "fp32"), ("cuda", "fp16")):
     gen = pyforge.TextGenerator.from_config(c, w, target=target, max_context=10, cache="static",
                                             prefill_buckets=None, precision=precision)
-    seen, step = [], gen._step
+    fast = gen.generate([2, 9, 17, 33, 40, 5], max_new_tokens=3).tokens  # next_token's ids
+    gen.reset()
+    seen, step, gen._next = [], gen._step, False  # the logits every step, greedy on the host
     gen._step = lambda ids, width: seen.append(step(ids, width)) or seen[-1]
     tokens = gen.generate([2, 9, 17, 33, 40, 5], max_new_tokens=3).tokens
+    assert fast == tokens, (fast, tokens)
     state = gen.model.runtime.state
     state = state if target == "cpu" else state.copy_to_host()
     out[target] = tokens, np.array(seen), state.view(np.float32)

@@ -77,13 +77,15 @@ def prompt(seed: int, n: int) -> list[int]:
 
 
 def recorded(gen, fn):
-    """fn()'s result and the logits each step produced."""
-    seen, step = [], gen._step
+    """fn()'s result and the logits each step produced (greedy on the host, from the logits:
+    the decoder's next_token is not read)."""
+    seen, step, was, gen._next = [], gen._step, gen._next, False
     gen._step = lambda ids, width: seen.append(step(ids, width)) or seen[-1]
     try:
         return fn(), seen
     finally:
         del gen._step
+        gen._next = was
 
 
 def test_greedy_matches_ort(gen, reference):

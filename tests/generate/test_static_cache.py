@@ -25,13 +25,15 @@ def prompt(seed: int, n: int) -> list[int]:
 
 
 def recorded(gen, fn):
-    """fn()'s result and the logits each step produced."""
-    seen, step = [], gen._step
+    """fn()'s result and the logits each step produced (greedy on the host, from the logits:
+    the decoder's next_token is not read)."""
+    seen, step, was, gen._next = [], gen._step, gen._next, False
     gen._step = lambda ids, width: seen.append(step(ids, width)) or seen[-1]
     try:
         return fn(), seen
     finally:
         del gen._step
+        gen._next = was
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,19 @@ def test_static_and_concat_give_the_same_tokens_and_logits(static, concat):
     assert a.reused_tokens == b.reused_tokens == len(ids) + 19  # the last token was never fed
     assert a.tokens == b.tokens
     np.testing.assert_allclose(np.array(la), np.array(lb), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["static", "concat"])
+def test_the_decoders_own_greedy_pick_gives_the_hosts_tokens(layout, static, concat):
+    """Greedy steps read the decoder's next_token (an ArgMax on the target) and copy no logits;
+    the tokens are those of argmax over the copied logits, over a prefill and 16 steps."""
+    gen, ids = {"static": static, "concat": concat}[layout], prompt(3, 7)
+    assert gen._next and "next_token" in gen.model.output_names
+    gen.reset()
+    picked = gen.generate(ids, max_new_tokens=16).tokens
+    gen.reset()
+    (host, logits) = recorded(gen, lambda: gen.generate(ids, max_new_tokens=16))
+    assert picked == host.tokens == [int(np.argmax(x)) for x in logits]
 
 
 def test_the_static_cache_matches_ort_running_the_same_file(config, weights, static):
@@ -143,9 +158,12 @@ out = {}
 for target in ("cpu", "cuda"):
     gen = pyforge.TextGenerator.from_config(c, w, target=target, max_context=10, cache="static",
                                             prefill_buckets=None)
-    seen, step = [], gen._step
+    fast = gen.generate([2, 9, 17, 33, 40, 5], max_new_tokens=2).tokens  # next_token's ids
+    gen.reset()
+    seen, step, gen._next = [], gen._step, False  # the logits every step, greedy on the host
     gen._step = lambda ids, width: seen.append(step(ids, width)) or seen[-1]
     tokens = gen.generate([2, 9, 17, 33, 40, 5], max_new_tokens=2).tokens
+    assert fast == tokens, (fast, tokens)
     state = gen.model.runtime.state
     state = state if target == "cpu" else state.copy_to_host()
     out[target] = tokens, np.array(seen), state.view(np.float32), len(gen.model.stats["plans"])
@@ -284,7 +302,8 @@ def test_the_cuda_decode_step_re_views_q_k_v_without_a_kernel(config, weights):
     assert ops.count("MatMul") == 4 * config.layers
     kernels = [s for s in plan.steps if hasattr(s, "kernel")]
     assert ops.count("Gather+Mul+Mul+Add") == ops.count("RMSNormalization+Mul") == config.layers
-    assert len(kernels) == 10 * config.layers + 11, ops  # tables, masks, indices, ends
+    # tables, masks, indices, ends, and the greedy pick (next_token)
+    assert len(kernels) == 10 * config.layers + 12, ops
 
 
 @pytest.mark.slow

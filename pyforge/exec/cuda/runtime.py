@@ -94,12 +94,13 @@ class CudaRuntime:
             lambda: CudaContext(plan, weights, **opts), max_concurrency, self.first
         )
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], outputs=None) -> dict[str, np.ndarray]:
+        """``outputs``: the host outputs to copy back (default every one); state views always."""
         with self.pool.context() as ctx:
             if SIMULATED:  # the simulator swaps module globals per launch: one at a time
                 with _SIMULATOR_LOCK:
-                    return ctx.run(feeds)
-            return ctx.run(feeds)
+                    return ctx.run(feeds, outputs)
+            return ctx.run(feeds, outputs)
 
     def __getattr__(self, name: str):
         # stats, explain and the profiling scripts read one context's binding: the first's
@@ -290,9 +291,9 @@ class CudaContext:
         for call in self.calls:
             call()
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], outputs=None) -> dict[str, np.ndarray]:
         if self.graph is not None:
-            return self._run_graph(feeds)
+            return self._run_graph(feeds, outputs)
         for name, arr in feeds.items():
             if self.plan.slots[name].nbytes:  # an empty tensor has no buffer to copy
                 if isinstance(arr, DeviceFeed):
@@ -309,14 +310,15 @@ class CudaContext:
             self.stream.synchronize()
             self._raise_device_errors()
             return dict(self._device_outputs())
-        for name, host in self.host_out.items():
+        host_out = {n: h for n, h in self.host_out.items() if outputs is None or n in outputs}
+        for name, host in host_out.items():
             if host.size:
                 self.views[name].copy_to_host(host.reshape(-1), stream=self.stream)
         self.stream.synchronize()
         self._raise_device_errors()
-        return {**{n: h.copy() for n, h in self.host_out.items()}, **self._state_views()}
+        return {**{n: h.copy() for n, h in host_out.items()}, **self._state_views()}
 
-    def _run_graph(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run_graph(self, feeds: dict[str, np.ndarray], outputs=None) -> dict[str, np.ndarray]:
         """The steady state: pinned staging, raw async copies, one graph launch, one sync."""
         from cuda.bindings import driver as drv
 
@@ -352,8 +354,9 @@ class CudaContext:
             drv.cuMemcpyDtoHAsync(
                 self._errors_host.ctypes.data, pointer(self.errors), 4 * len(self._error_labels), h
             )
+        outs = [o for o in self._outs if outputs is None or o[0] in outputs]
         if not device_in:
-            for _, host, dptr, nbytes in self._outs:
+            for _, host, dptr, nbytes in outs:
                 if nbytes:
                     drv.cuMemcpyDtoHAsync(host.ctypes.data, dptr, nbytes, h)
         err = drv.cuStreamSynchronize(h)[0]
@@ -362,7 +365,7 @@ class CudaContext:
         self._raise_device_errors()
         if device_in:
             return dict(self._device_outputs())
-        return {**{name: host.copy() for name, host, _, _ in self._outs}, **self._state_views()}
+        return {**{name: host.copy() for name, host, _, _ in outs}, **self._state_views()}
 
     def _state_views(self) -> dict:
         return {n: v for n, v in self._device_outputs() if n in self.plan.state}

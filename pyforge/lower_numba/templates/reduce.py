@@ -9,6 +9,8 @@ from ..emit import KernelBuilder, contiguous_strides, type_name
 from ..registry import lowering
 from ..scalar import lit
 
+ROW_LONG = 4096  # a reduced last axis at least this long gets a block of threads per row (cuda)
+
 # op -> (initial value, accumulate(acc, v), finish(acc, count)); t is the type name.
 # A sum starts at -0.0, the identity that keeps an all -0.0 sum -0.0; a NaN, once met, stays
 _KINDS = {
@@ -95,7 +97,46 @@ def reduce_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     return out
 
 
-@lowering("ArgMax", "ArgMin", form="element")
+def _long_last_axis(node: Node) -> bool:
+    """One long row a reduction (a vocabulary's logits): a block of threads per row on cuda."""
+    x, axes = node.inputs[0], node.attrs["axes"]
+    return axes == [len(x.shape) - 1] and node.attrs["keepdims"] and x.shape[-1] >= ROW_LONG
+
+
+@lowering(
+    "ArgMax",
+    "ArgMin",
+    form="element",
+    when=_long_last_axis,
+    rows=lambda n: len(n.inputs[0].shape) - 1,
+)
+def arg_rows(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """Two row reductions: the extreme (a NaN sticks, as in numpy), then the first index holding
+    it (the last with select_last_index; a NaN row's first NaN)."""
+    x = node.inputs[0]
+    t, L = type_name(x.dtype), kb.int_param(x.shape[-1], "L")
+    lo = node.op == "ArgMax"
+    base, best, idx = kb.tmp("rb"), kb.tmp("best"), kb.tmp("idx")
+    lead = kb.offset(contiguous_strides(x.shape[:-1]), coords[:-1]) if len(x.shape) > 1 else "0"
+    with kb.at_row():
+        kb.emit(f"{base} = ({lead}) * {L}")
+    at = f"{kb.tensor(x.name)}[{base} + "
+    better = "{v} > {a}" if lo else "{v} < {a}"
+    init = _init("lo" if lo else "hi", np.dtype(x.dtype), t)
+    kb.row_reduce(best, init, f"({{v}} if {better} or {{v}} != {{v}} else {{a}})", "{v}", L, at, t)
+    hit = f"{{v}} == {best} or {{v}} != {{v}}"
+    if node.attrs["select_last_index"]:
+        kb.row_reduce(
+            idx, "i64(-1)", "max({a}, {v})", f"({{j}} if {hit} else i64(-1))", L, at, "i64"
+        )
+    else:
+        kb.row_reduce(
+            idx, f"i64({L})", "min({a}, {v})", f"({{j}} if {hit} else i64({L}))", L, at, "i64"
+        )
+    return f"i64({idx})"
+
+
+@lowering("ArgMax", "ArgMin", form="element", when=lambda node: not _long_last_axis(node))
 def arg_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     t = type_name(x.dtype)

@@ -319,9 +319,10 @@ class KernelBuilder:
         at_cpu="",
     ) -> None:
         """At row level: ``acc`` = ``combine`` ({a}, {v}) folded over ``term`` ({v}: the element
-        ``at`` + j, j < L, and {j}: its index; ``at`` is "t0[b1 + "). cpu: one contiguous pass, ROW_UNROLL partial
-        folds in flight (a single one waits out each add's latency); cuda: each thread of the
-        row's block a strided part, then a tree in shared memory; every thread holds the result.
+        ``at`` + j, j < L, and {j}: that j; ``at`` is "t0[b1 + "). cpu: one contiguous pass,
+        ROW_UNROLL partial folds in flight (a single one waits out each add's latency); cuda:
+        each thread of the row's block a strided part, then a tree in shared memory; every thread
+        holds the result.
         ``keep`` ("t1[b1 + "): each term is also stored there, for the element loop to reuse
         (on cuda the thread that stores an element is the one that later writes it). ``at_cpu``:
         the cpu's ``at`` where it differs (a view of the row, "r1[": its index j is never

@@ -356,6 +356,14 @@ class TextGenerator:
         self._want = ("next_token",) if choose is None else None  # then a step returns the id
         t0 = time.perf_counter()
         logits = self._prefill(ids, result)
+        ahead = _RunAhead(self) if choose is None and not stops and self.layout.static else None
+        try:
+            yield from self._steps(result, logits, max_new_tokens, choose, stops, t0, ahead)
+        finally:
+            if ahead is not None:
+                ahead.close()
+
+    def _steps(self, result, logits, max_new_tokens, choose, stops, t0, ahead) -> Iterator[int]:
         for step in range(max_new_tokens):
             token = choose(logits) if choose else logits
             if step == 0:
@@ -380,7 +388,10 @@ class TextGenerator:
                 result.stop_reason = "max_context"
                 break
             t0 = time.perf_counter()
-            logits = self._step([token], 1)
+            if ahead is not None:
+                logits = ahead.step(token, max_new_tokens - 2 - step)
+            else:
+                logits = self._step([token], 1)
         if self.tokenizer is not None:
             result.text = self.tokenizer.decode(result.tokens)
 
@@ -438,6 +449,71 @@ class TextGenerator:
         logits = outs["logits"]
         logits = logits.copy_to_host() if hasattr(logits, "copy_to_host") else np.asarray(logits)
         return logits[0, -1]
+
+
+class _RunAhead:
+    """Greedy decode with a static cache on cuda, one step queued ahead: each step's inputs are
+    copied on the device (its id from the last step's next_token, its mask and position from
+    tables), so step k+1 is on the stream before step k's id reaches the host, and the device
+    never waits for the host. The first step runs as usual (it binds the decode plan); without
+    a captured graph (the simulator) every step does. A queued step whose id is never taken
+    (the generation stopped) wrote a row past the held ones: masked off, overwritten later."""
+
+    def __init__(self, gen: TextGenerator):
+        self.gen, self.ctx, self.queued = gen, None, None
+        self.slots, self.k = None, 0
+
+    def step(self, token: int, more: int) -> int:
+        """Feed ``token`` (queued already, unless this is the first call) and return the next id;
+        ``more``: how many calls may follow (a step is queued only when one may)."""
+        gen, held = self.gen, self.gen._cache.tokens
+        if self.ctx is None:
+            nxt = gen._static_step([token], 1)
+            ctx = getattr(gen.model.runtime, "first", None)
+            if not getattr(ctx, "use_graph", False):
+                self.ctx = False
+                return nxt
+            self._bind(ctx)
+            self._queue(more)
+            return nxt
+        if self.ctx is False or self.queued is None:
+            return gen._static_step([token], 1)
+        queued, self.queued = self.queued, None
+        held.append(token)  # the queued step fed it: its row now counts
+        self._queue(more)
+        queued[1].synchronize()
+        return int(queued[0][0])
+
+    def _bind(self, ctx) -> None:
+        from numba import cuda
+
+        from ..exec.cuda.gemm import pointer
+
+        S = self.gen.layout.static
+        self.ctx, self.tok = ctx, pointer(ctx.views["next_token"])
+        ones = np.concatenate([np.ones(S, np.int64), np.zeros(S, np.int64)])
+        self.tables = cuda.to_device(ones), cuda.to_device(np.arange(S, dtype=np.int64))
+        self.mask, self.pos = (pointer(t) for t in self.tables)
+        self.slots = [(cuda.pinned_array(1, np.int64), cuda.event(timing=False)) for _ in "ab"]
+
+    def _queue(self, more: int) -> None:
+        from cuda.bindings import driver as drv
+
+        row, S = len(self.gen._cache.tokens), self.gen.layout.static
+        if more <= 0 or row >= self.gen.max_context:
+            return
+        # mask row r: its first r + 1 entries 1, a window of [1] * S + [0] * S
+        self.ctx.enqueue({"input_ids": self.tok, "attention_mask": self.mask + 8 * (S - row - 1),
+                          "position_ids": self.pos + 8 * row})  # fmt: skip
+        host, done = self.slots[self.k]
+        self.k ^= 1
+        drv.cuMemcpyDtoHAsync(host.ctypes.data, self.tok, 8, self.ctx._handle)
+        done.record(stream=self.ctx.stream)
+        self.queued = host, done
+
+    def close(self) -> None:
+        if self.ctx:
+            self.ctx.finish()
 
 
 class _Held:

@@ -93,6 +93,33 @@ def test_the_decoders_own_greedy_pick_gives_the_hosts_tokens(layout, static, con
     assert picked == host.tokens == [int(np.argmax(x)) for x in logits]
 
 
+@pytest.mark.gpu
+def test_run_ahead_decode_on_cuda_gives_the_step_by_step_tokens(config, weights):
+    """On a GPU: greedy decode with a step queued ahead (inputs copied on the device) gives the
+    tokens of step-by-step decode and of the cpu, also when eos or max_context ends it early."""
+    gen = pyforge.TextGenerator.from_config(
+        config, weights, target="cuda", max_context=24, cache="static"
+    )
+    ids = prompt(8, 6)
+    want = static_tokens = None
+    for run_ahead in (False, True, True):
+        gen._next = run_ahead
+        gen.reset()
+        got = gen.generate(ids, max_new_tokens=30)  # runs into max_context (24 rows)
+        assert got.stop_reason == "max_context" and len(got.tokens) == 24 - 6 + 1
+        want = want or got.tokens
+        assert got.tokens == want
+    cpu = pyforge.TextGenerator.from_config(config, weights, target="cpu", max_context=24)
+    static_tokens = cpu.generate(ids, max_new_tokens=30).tokens
+    assert static_tokens == want
+    gen.eos_id = want[7]
+    gen.reset()
+    cut = gen.generate(ids, max_new_tokens=30)
+    assert cut.stop_reason == "eos" and cut.tokens == want[: want.index(want[7])]
+    more = gen.generate(ids + cut.tokens + [want[7]], max_new_tokens=3)  # continues the rows
+    assert more.reused_tokens == len(ids) + len(cut.tokens)
+
+
 def test_the_static_cache_matches_ort_running_the_same_file(config, weights, static):
     """ORT runs the static decoder one prompt at a time: its present rows and logits."""
     proto = gemma3.build_decoder(

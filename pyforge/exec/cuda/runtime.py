@@ -367,6 +367,28 @@ class CudaContext:
             return dict(self._device_outputs())
         return {**{name: host.copy() for name, host, _, _ in outs}, **self._state_views()}
 
+    def enqueue(self, pointers: dict[str, int]) -> None:
+        """One graph replay whose inputs are all copied from device pointers, with nothing
+        waited for: the caller reads outputs (``pointer(views[name])``) on ``stream`` and ends
+        with ``finish``. A decoder's run-ahead loop: its next step is queued before the token of
+        this one reaches the host, so the device never waits for the host."""
+        from cuda.bindings import driver as drv
+
+        if self.graph is None:
+            raise RuntimeError("enqueue needs the captured graph (not in the simulator)")
+        h = self._handle = _stream_handle(self.stream)
+        for name, ptr in pointers.items():
+            nbytes = self.plan.slots[name].nbytes
+            drv.cuMemcpyDtoDAsync(pointer(self.views[name]), ptr, nbytes, h)
+        self.graph.replay()
+
+    def finish(self) -> None:
+        """After ``enqueue``s: wait for them and raise what the device found."""
+        if self._error_labels:
+            self.errors.copy_to_host(self._errors_host, stream=self.stream)
+        self.stream.synchronize()
+        self._raise_device_errors()
+
     def _state_views(self) -> dict:
         return {n: v for n, v in self._device_outputs() if n in self.plan.state}
 

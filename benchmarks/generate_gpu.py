@@ -166,6 +166,24 @@ def measure_hf_eager_loop(model, ids: list[int], new: int, device: str):
     return run()
 
 
+class _HostGreedy:
+    """A generator run as before next_token: the logits copied each step, argmax on the host,
+    no step queued ahead (the A/B of the device-side pick)."""
+
+    def __init__(self, gen):
+        self.gen = gen
+
+    def reset(self):
+        self.gen.reset()
+
+    def generate(self, ids, **kw):
+        self.gen._next = False
+        try:
+            return self.gen.generate(ids, **kw)
+        finally:
+            self.gen._next = True
+
+
 def measure_pyforge(gen, ids: list[int], new: int):
     gen.reset()
     gen.generate(ids, max_new_tokens=new)  # warm-up: compiles the plans of every bucket used
@@ -282,6 +300,8 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=0, help="new tokens (default 128, --quick 32)")
     ap.add_argument("--precision", default="fp32", help="pyforge's precisions: fp32,fp16,bf16")
     ap.add_argument("--profile", action="store_true", help="cuda: decode device time by step")
+    ap.add_argument("--host-greedy", action="store_true",
+                    help="also each decoder picking greedy from the copied logits, step by step")  # fmt: skip
     ap.add_argument("--hf-dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     args = ap.parse_args(argv)
     deadline = time.monotonic() + args.budget
@@ -319,6 +339,8 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 gens.pop(name, None)
                 print(f"  {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    if args.host_greedy:  # the same decoders, greedy from the copied logits, step by step
+        gens.update({f"{n} (host greedy)": _HostGreedy(g) for n, g in list(gens.items())})
     print(f"decoders built and compiled in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     done = {}
     for n in lengths:  # each length's figures printed as they come: a long run may be cut
@@ -329,6 +351,8 @@ def main(argv=None) -> int:
     for name in gens:
         table.run(name, lambda n, name=name: done[n][name])
     for name, gen in gens.items() if args.profile and target == "cuda" else ():
+        if isinstance(gen, _HostGreedy):
+            continue
         try:
             rows = profile_steps(gen)
         except Exception as e:  # noqa: BLE001  (the table below still prints)

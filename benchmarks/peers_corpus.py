@@ -189,7 +189,7 @@ def _seconds_limit(seconds: float):  # not time_*: asv would take it for a bench
 
 def graphed(torch, net, args):
     """``net(*args)`` captured once in a CUDA graph on its static inputs (after warm-up on a
-    side stream); the returned function replays it and waits."""
+    side stream); returns (a function that replays it and waits, the graph's outputs)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -198,13 +198,28 @@ def graphed(torch, net, args):
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        net(*args)
+        out = net(*args)
 
     def replay():
         g.replay()
         torch.cuda.synchronize()
 
-    return replay
+    return replay, out
+
+
+def graph_of(torch, net, args, child: Child):
+    """The module's CUDA graph; where its forward copies between host and device (the HF models
+    build masks and constants from host tensors), the graph of its ``torch.jit.trace`` instead:
+    the trace holds those constants as device tensors and freezes the Python branches, the same
+    trace the ONNX export (dynamo=False) ran. Notes which one, and the graph's parity."""
+    try:
+        return graphed(torch, net, args)
+    except Exception as err:  # noqa: BLE001  (the capture's error is a note)
+        torch.cuda.synchronize()
+        child.note(f"module graph fails ({_why(err)}): graph of its jit.trace")
+    with torch.inference_mode(False), torch.no_grad():  # a trace records no inference tensors
+        traced = torch.jit.trace(net, args, strict=False, check_trace=False)
+    return graphed(torch, traced, args)
 
 
 def _sync(torch, device: str):
@@ -278,7 +293,9 @@ def run_model(name, target, runs, compile_mode, limit: float, end: float, tmp: P
         if device == "cuda":
             child.stage("CUDA graph")
             try:
-                fns["PyTorch CUDA graph"] = graphed(torch, net, args)
+                fns["PyTorch CUDA graph"], out = graph_of(torch, net, args, child)
+                err = parity(torch_outputs(out), want)[0]
+                child.note(f"graph parity {err:.1e}" if err is not None else "graph parity: n/a")
             except Exception as err:  # noqa: BLE001
                 child.note(f"CUDA graph fails: {_why(err)}")
         if compile_mode != "off":

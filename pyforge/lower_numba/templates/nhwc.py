@@ -10,6 +10,7 @@ from ...ir import Node
 from ..emit import HEADER, KernelBuilder, KernelCall
 from ..registry import lowering
 from .conv import gather_window
+from .depthwise_cuda import block_pool
 from .geometry import window2d
 from .window import global_reduce, window_pool
 
@@ -127,7 +128,9 @@ def pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     )
 
 
-@lowering("GlobalAveragePoolNHWC", "GlobalMaxPoolNHWC", form="element")
+@lowering(
+    "GlobalAveragePoolNHWC", "GlobalMaxPoolNHWC", form="element", when=lambda n: not block_pool(n)
+)  # fmt: skip
 def global_pool_nhwc(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     src = kb.tensor(x.name)

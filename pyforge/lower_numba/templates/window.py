@@ -8,6 +8,7 @@ from ...ir import Node
 from ..emit import ROW_UNROLL, KernelBuilder, type_name
 from ..registry import lowering, register_lowering
 from ..scalar import lit, nan_max
+from .depthwise_cuda import block_pool
 from .geometry import nc_oh_ow, spatial2d, window2d
 
 
@@ -202,7 +203,7 @@ def global_reduce(node: Node, kb: KernelBuilder, hw: str, at, at_cpu=None) -> st
     return acc
 
 
-@lowering("GlobalAveragePool", "GlobalMaxPool", form="element")
+@lowering("GlobalAveragePool", "GlobalMaxPool", form="element", when=lambda n: not block_pool(n))
 def global_pool_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x = node.inputs[0]
     src = kb.tensor(x.name)

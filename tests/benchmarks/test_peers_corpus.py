@@ -67,3 +67,46 @@ def test_one_small_model_end_to_end(tmp_path, capsys):
     for system in ("pyforge ms", "ORT CPU ms", "PyTorch eager ms"):
         assert float(cells[system]) > 0
     assert cells["pyforge/PyTorch eager"].endswith("x")
+
+
+def test_graph_of_falls_back_to_the_trace_when_capture_copies_host_tensors():
+    """A module whose capture fails (an HF model's host-tensor copy) is graphed from its trace;
+    one that captures is graphed as it is. A stand-in torch: no GPU here."""
+    import contextlib
+    from types import SimpleNamespace
+
+    state = {"capturing": False, "calls": []}
+
+    @contextlib.contextmanager
+    def capture(graph):
+        state["capturing"] = True
+        try:
+            yield
+        finally:
+            state["capturing"] = False
+
+    stream = SimpleNamespace(wait_stream=lambda s: None)
+    cuda = SimpleNamespace(
+        Stream=lambda: stream, current_stream=lambda: stream, synchronize=lambda: None,
+        stream=lambda s: contextlib.nullcontext(), graph=capture,
+        CUDAGraph=lambda: SimpleNamespace(replay=lambda: state["calls"].append("replay")),
+    )  # fmt: skip
+
+    def hf(x):
+        if state["capturing"]:
+            raise RuntimeError("Cannot copy between CPU and CUDA tensors during CUDA graph capture")
+        return x
+
+    traced = []
+    torch = SimpleNamespace(
+        cuda=cuda, no_grad=contextlib.nullcontext, inference_mode=lambda on: contextlib.nullcontext(),
+        jit=SimpleNamespace(trace=lambda net, args, **kw: traced.append(net) or (lambda x: x + 1)),
+    )  # fmt: skip
+    child = pc.Child("m")
+    replay, out = pc.graph_of(torch, hf, (1,), child)
+    assert traced == [hf] and out == 2 and "jit.trace" in child.row["notes"][0]
+    replay()
+    assert state["calls"] == ["replay"]
+    child = pc.Child("m")
+    _, out = pc.graph_of(torch, lambda x: x * 3, (2,), child)
+    assert out == 6 and len(traced) == 1 and not child.row["notes"]

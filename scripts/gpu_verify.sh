@@ -129,4 +129,9 @@ s12b)  # the twelfth session: run-ahead greedy decode (next_token on the device)
   step 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/generate/test_static_cache.py tests/lower_numba/test_argmax_rows.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED|Error" | tail -12
   step 260 python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 240 --host-greedy 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu.txt" | tail -12
   ;;
+s12c)  # the twelfth session: global pool rows / depthwise interior A/B and HF peers rows (gpu_speed); decode profile with next_token
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 150 python3 scripts/gpu_pool_ab.py --budget 140 2>&1 | grep -v -i warn | tee "$OUT/gpu_pool_ab.txt" | tail -30
+  step 80 python3 benchmarks/generate_gpu.py --quick --ctx 256 --new 16 --caches static --precision fp32 --skip eager,compile --rounds 1 --budget 60 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -24
+  ;;
 esac

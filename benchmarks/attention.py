@@ -284,8 +284,35 @@ def contenders(name: str, target: str, calls: int) -> tuple[dict, dict, object]:
     return runs, info, model
 
 
+def variants(names: list[str], kinds: list[str]) -> None:
+    """cuda: each decode kernel candidate (PYFORGE_DECODE_ATTN, read at lowering) per launch on
+    each workload (a ``prefill_`` name: pyforge's prefill kernel on that case of
+    prefill_attention.py), with its parity against ORT; a table last."""
+    from benchmarks.prefill_attention import case_model
+    from tests.helpers import run_ort
+
+    rows = []
+    for name in names:
+        pre = name.startswith("prefill_")
+        model, feeds = case_model(name[8:]) if pre else cache_attention(**WORKLOADS[name])
+        want = run_ort(model, feeds)[0]
+        for kind in ["row"] if pre else kinds:
+            os.environ["PYFORGE_DECODE_ATTN"] = kind
+            t = time.perf_counter()
+            compiled = pyforge.compile(model, target="cuda")
+            err = float(np.max(np.abs(compiled.predict(feeds) - want)))
+            built = time.perf_counter() - t
+            rows.append((name, kind, launch_us(compiled), err, built))
+            print(*rows[-1], flush=True)
+    os.environ.pop("PYFORGE_DECODE_ATTN")
+    print(f"\n{'workload':22s} {'kernel':6s} {'us/launch':>9s} {'max err':>8s} {'build s':>7s}")
+    for name, kind, us, err, built in rows:
+        print(f"{name:22s} {kind:6s} {us:9.2f} {err:8.1e} {built:7.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="", help="cuda: time these decode kernels (row,w4,...)")
     ap.add_argument("--target", choices=["cpu", "cuda"], default=None)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
@@ -293,6 +320,8 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(default))
     args = ap.parse_args()
     target = args.target or pyforge.default_target()
+    if args.variants:
+        return variants(args.only.split(","), args.variants.split(","))
     rows = []
     for name in args.only.split(","):
         runs, info, _ = contenders(name, target, args.calls)

@@ -32,6 +32,18 @@ CASES = {
 }
 
 
+def case_model(name: str, rng=None):
+    """(model, feeds) of case ``name`` (of CASES, or "tiny")."""
+    rng = rng or np.random.default_rng(0)
+    b, h, hk, sq, d, w = CASES.get(name, (1, 4, 1, 24, 256, 10))
+    model = _cache_model(b, h, hk, sq, sq, d, float("-inf"))
+    pos, key = np.arange(sq)[:, None], np.arange(sq)[None, :]
+    feeds = {t: rng.standard_normal((b, hk, sq, d)).astype(np.float32) for t in "kv"}
+    feeds["q"] = rng.standard_normal((b, h, sq, d)).astype(np.float32)
+    feeds["cond"] = np.broadcast_to((key <= pos) & (key > pos - w), (b, 1, sq, sq)).copy()
+    return model, feeds
+
+
 def main() -> None:
     from numba import cuda
 
@@ -41,13 +53,8 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="one 24-row case (the CUDA simulator)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    cases = {"tiny": (1, 4, 1, 24, 256, 10)} if args.tiny else CASES
-    for name, (b, h, hk, sq, d, w) in cases.items():
-        model = _cache_model(b, h, hk, sq, sq, d, float("-inf"))
-        pos, key = np.arange(sq)[:, None], np.arange(sq)[None, :]
-        feeds = {t: rng.standard_normal((b, hk, sq, d)).astype(np.float32) for t in "kv"}
-        feeds["q"] = rng.standard_normal((b, h, sq, d)).astype(np.float32)
-        feeds["cond"] = np.broadcast_to((key <= pos) & (key > pos - w), (b, 1, sq, sq)).copy()
+    for name in ["tiny"] if args.tiny else CASES:
+        model, feeds = case_model(name, rng)
         want = run_ort(model, feeds)[0]
         dev = {k: cuda.to_device(a) for k, a in feeds.items()}
         runs = {}

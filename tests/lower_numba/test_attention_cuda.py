@@ -95,9 +95,16 @@ MASKED = {
 
 
 @pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
-@pytest.mark.parametrize("case", sorted(MASKED))
-def test_masked_decode_splits_keys_in_simulator(case):
+@pytest.mark.parametrize(
+    "case, kernel",
+    [(c, "row") for c in sorted(MASKED)]
+    + [("static_cache_decode_gqa", "w4"), ("sliding_window_rows_batch", "w8")]
+    + [("keeps_nothing_inf", "w4"), ("keeps_nothing_finite", "w8")],
+)
+def test_masked_decode_splits_keys_in_simulator(case, kernel, monkeypatch):
     from pyforge.lower_numba.templates.attention_cuda import splits
+
+    monkeypatch.setenv("PYFORGE_DECODE_ATTN", kernel)  # the candidate decode kernels (warp)
 
     shape, ranges, fill = MASKED[case]
     b, h, hk, sq, sk, d = (shape[x] for x in ("b", "h", "hk", "sq", "sk", "d"))
@@ -121,6 +128,7 @@ def test_masked_decode_splits_keys_in_simulator(case):
     np.testing.assert_allclose(compiled.predict(unread), run_ort(model, feeds)[0], **TOL)
     launch = [s.launch for s in kernel_steps(compiled.plan.steps) if "FusedAttention" in s.label]
     assert splits(sq * h * b, sk) > 1 and launch[0][0] == (sq, h, b * splits(sq * h * b, sk))
+    assert launch[0][1] == (512 if kernel == "row" else int(kernel[1]) * 32)
 
 
 # prefill of wide heads (the kernel sharing K/V tiles among 16 query rows): (b, h, hk, sq, sk, d,

@@ -12,6 +12,10 @@ running max, sum and accumulator in registers (an online softmax), merged once a
 
 from __future__ import annotations
 
+import os
+import textwrap
+
+from ...errors import OptionError
 from ..emit import HEADER
 from ..implicit_conv import SMS
 
@@ -243,7 +247,8 @@ SPLIT_KEYS = 32  # fewest keys worth a block of their own
 def splits(rows: int, sk: int) -> int:
     """Blocks per query row of the per-row kernel: enough to fill the SMs (``rows`` blocks of
     (query row, head, batch) alone leave most idle in a decode step), each SPLIT_KEYS keys."""
-    return max(1, min(SMS // rows, -(-sk // SPLIT_KEYS)))
+    keys = (decode_variant() or (0, 0, SPLIT_KEYS))[2]
+    return max(1, min(SMS // rows, -(-sk // keys)))
 
 
 def _tree(var: str, combine: str, nt: int) -> str:
@@ -288,6 +293,10 @@ def _span(sk: int, nt: int, kept: str | None) -> str:
 def row_kernel(f: dict, params: str, dims: tuple, split: int, kept: str | None) -> tuple:
     """The per-row kernel's (source, grid, threads) from the template fields ``f``; ``dims`` is
     (batch, heads, query rows, head dim, value dim, keys)."""
+    var = decode_variant()
+    got = var and warp_kernel(f, params, dims, split, kept, var)
+    if got:
+        return got
     bsz, heads, sq, d, dv, sk = dims
     nt, ch = ROW_THREADS, min(ROW_CHUNKS, d)
     c2 = max(1, nt // dv)
@@ -299,6 +308,148 @@ def row_kernel(f: dict, params: str, dims: tuple, split: int, kept: str | None) 
     f["pv"] = (_PV_PARTS if c2 > 1 else _PV_DIMS).format(**f)
     f["merge"] = _MERGE.format(**f) if split > 1 else ""
     return HEADER + "\n" + _CUDA_ROW.format(params=params, **f), (sq, heads, bsz * split), nt
+
+
+# cuda decode, warp-level (candidates by PYFORGE_DECODE_ATTN; "row" is the control above): the
+# same grid, split and workspace as _CUDA_ROW. A warp a key: each lane the dims lane + 32 t of q
+# (in registers) and of the key's row (coalesced), the dot summed by shfl_xor; KU keys a pass,
+# their loads all issued before the sums (clamped to the part, so no branch). Scores in shared
+# memory, max and sum by shuffles, then one word a warp. PV the same way (a warp a key, a lane
+# its dims), the warps' sums in shared memory. Split: as _CUDA_ROW, but the last block merges in
+# parallel (a warp per row's parts, every part's acc load of an output issued together).
+DECODE = {"row": None, "w4": (4, 2, 32), "w8": (8, 4, 32), "w8k64": (8, 4, 64)}
+_FULL = "0xFFFFFFFF"
+
+
+def decode_variant() -> tuple | None:
+    """(warps, keys a pass, keys a part) of the decode kernel PYFORGE_DECODE_ATTN names, or None
+    for the per-row kernel (the default)."""
+    name = os.environ.get("PYFORGE_DECODE_ATTN", "row")
+    if name not in DECODE:
+        raise OptionError(f"PYFORGE_DECODE_ATTN={name!r}: not one of {sorted(DECODE)}")
+    return DECODE[name]
+
+
+def _wred(var: str, op: str) -> list[str]:
+    """``var`` combined over the warp's lanes (every lane ends with it)."""
+    return [f"{var} = {op.format(a=var, v=f'cuda.shfl_xor_sync({_FULL}, {var}, {k})')}"
+            for k in (16, 8, 4, 2, 1)]  # fmt: skip
+
+
+def _ind(lines: list[str], n: int) -> str:
+    return "\n".join(" " * n + ln for ln in lines)
+
+
+def _wspan(sk: int, nt: int, nw: int, kept: str | None) -> list[str]:
+    if kept is None:
+        return [f"lo, hi = 0, {sk}"]
+    out = [f"lo, hi = {sk}, 0", f"for j in range(tid, {sk}, {nt}):", f"    if {kept}:",
+           "        lo = min(lo, j)", "        hi = j + 1"]  # fmt: skip
+    out += _wred("lo", "min({a}, {v})") + _wred("hi", "max({a}, {v})")
+    out += [f"rlo = cuda.shared.array({nw}, i32)", f"rhi = cuda.shared.array({nw}, i32)",
+            "if lane == 0:", "    rlo[w] = lo", "    rhi[w] = hi", "cuda.syncthreads()",
+            f"for u in range({nw}):", "    lo = min(lo, rlo[u])", "    hi = max(hi, rhi[u])",
+            "if hi <= lo:  # no key kept: every key, as unfused", f"    lo, hi = 0, {sk}"]  # fmt: skip
+    return out
+
+
+def warp_kernel(f: dict, params: str, dims: tuple, split: int, kept: str | None, var: tuple):
+    """The warp decode kernel's (source, grid, threads), or None where its shared memory would
+    not fit; arguments as row_kernel's, ``var`` (warps, keys a pass, keys a part)."""
+    bsz, heads, sq, d, dv, sk = dims
+    nw, ku, _ = var
+    nt, dt, vt = nw * 32, -(-d // 32), -(-dv // 32)
+    ssn, blocks, groups = -(-sk // split), sq * heads * bsz * split, sq * heads * bsz
+    if ssn + nw * dv + (blocks if split > 1 else 0) > 11000:
+        return None
+    mask = textwrap.dedent(f["mask"])
+    dim = lambda t, n: f"min(lane + {32 * t}, {n - 1})" if 32 * t + 31 >= n else f"lane + {32 * t}"
+    body = ["tid = cuda.threadIdx.x", "lane = tid % 32", "w = tid // 32", "i = cuda.blockIdx.x",
+            "h = cuda.blockIdx.y", f"b = cuda.blockIdx.z // {split}", f"s = cuda.blockIdx.z % {split}",
+            f"hk = h // {f['G']}", f"ss = cuda.shared.array({ssn}, f32)",
+            f"rm = cuda.shared.array({nw}, f32)", f"rl = cuda.shared.array({nw}, f32)",
+            f"acs = cuda.shared.array({nw * dv}, f32)", *_wspan(sk, nt, nw, kept),
+            f"per = (hi - lo + {split} - 1) // {split}", "klo = min(hi, lo + s * per)",
+            "khi = min(hi, klo + per)", "nk = khi - klo", f"sc = {f['sc']}", f"qr = {f['q_at']}"]  # fmt: skip
+    for t in range(dt):
+        q = f"{f['q']}[qr + (lane + {32 * t}) * {f['QD']}] * sc"
+        body.append(f"q{t} = {q} if lane + {32 * t} < {d} else f32(0)")
+    body += ["m = f32(-math.inf)", f"for k0 in range(klo + w * {ku}, khi, {nw * ku}):"]
+    loop = []
+    for u in range(ku):
+        loop += [f"j = min({u}, khi - 1 - k0)", f"kr{u} = {f['k_at']}"]
+        terms = [f"q{t} * {f['k']}[kr{u} + {dim(t, d)} * {f['KD']}]" for t in range(dt)]
+        loop.append(f"a{u} = " + " + ".join(terms))
+    for u in range(ku):
+        loop += _wred(f"a{u}", "{a} + {v}")
+    for u in range(ku):
+        loop += [f"if k0 + {u} < khi:", f"    j = {u}", f"    x = a{u}"]
+        loop += ["    " + ln for ln in mask.splitlines()]
+        loop += ["    m = max(m, x)", "    if lane == 0:", f"        ss[k0 + {u} - klo] = x"]
+    body += ["    " + ln for ln in loop]
+    body += ["if lane == 0:", "    rm[w] = m", "cuda.syncthreads()", f"for u in range({nw}):",
+             "    m = max(m, rm[u])", "l = f32(0)", f"for e in range(tid, nk, {nt}):",
+             "    p = f32(0)", "    if ss[e] != -math.inf:", "        p = math.exp(ss[e] - m)",
+             "    ss[e] = p", "    l += p", *_wred("l", "{a} + {v}"), "if lane == 0:",
+             "    rl[w] = l", "cuda.syncthreads()", "l = f32(0)", f"for u in range({nw}):",
+             "    l += rl[u]", "k0 = klo"]  # fmt: skip
+    body += [f"c{t} = f32(0)" for t in range(vt)]
+    body.append(f"for j0 in range(w * {ku}, nk, {nw * ku}):")
+    loop = []
+    for u in range(ku):
+        loop += [f"j = min(j0 + {u}, nk - 1)", f"vr{u} = {f['v_at']}"]
+        loop.append(f"p{u} = ss[j] if j0 + {u} < nk else f32(0)")
+    for t in range(vt):
+        terms = [f"p{u} * {f['v']}[vr{u} + {dim(t, dv)} * {f['VD']}]" for u in range(ku)]
+        loop.append(f"c{t} += " + " + ".join(terms))
+    body += ["    " + ln for ln in loop]
+    for t in range(vt):
+        st = f"acs[w * {dv} + lane + {32 * t}] = c{t}"
+        body += [st] if 32 * t + 32 <= dv else [f"if lane + {32 * t} < {dv}:", "    " + st]
+    wb = f"(((b * {f['H']} + h) * {f['SQ']} + i) * {split} + s) * {dv + 2}"
+    body += ["cuda.syncthreads()", f"orow = {f['o_at']}", f"wb = {wb}",
+             f"for d in range(tid, {dv}, {nt}):", "    y = f32(0)", f"    for u in range({nw}):",
+             f"        y += acs[u * {dv} + d]"]  # fmt: skip
+    body.append(
+        "    ws[wb + 2 + d] = y" if split > 1 else f"    {f['o']}[orow + d * {f['OD']}] = y / l"
+    )
+    if split > 1:
+        body += _wmerge(f, split, blocks, groups, dv, nt, nw)
+    src = "from numba import cuda\n\n\n@cuda.jit(cache=True)\ndef kernel(n, " + params + "):\n"
+    return HEADER + "\n" + src + _ind(body, 4) + "\n", (sq, heads, bsz * split), nt
+
+
+def _wmerge(f: dict, split: int, blocks: int, groups: int, dv: int, nt: int, nw: int) -> list[str]:
+    """The split's merge by the grid's last block: a warp per row's parts for the factors, then
+    each output element its parts' loads all issued at once."""
+    W, S = dv + 2, split
+    out = ["if tid == 0:", "    ws[wb] = m", "    ws[wb + 1] = l", "cuda.threadfence()",
+           "cuda.syncthreads()", "last = cuda.shared.array(1, i32)",
+           f"fs = cuda.shared.array({blocks}, f32)", "if tid == 0:",
+           f"    last[0] = 1 if cuda.atomic.add(err, 0, 1) == {blocks - 1} else 0",
+           "cuda.syncthreads()", "if last[0] == 1:", "    cuda.threadfence()",
+           f"    for e in range(tid, {blocks}, {nt}):", f"        fs[e] = ws[e * {W}]",
+           "    cuda.syncthreads()", f"    for g in range(w, {groups}, {nw}):",
+           "        top = f32(-math.inf)", f"        for u in range(lane, {S}, 32):",
+           f"            top = max(top, fs[g * {S} + u])",
+           *["        " + x for x in _wred("top", "max({a}, {v})")],
+           "        tot = f32(0)", f"        for u in range(lane, {S}, 32):",
+           "            x = f32(0)", f"            if fs[g * {S} + u] != -math.inf:",
+           f"                x = math.exp(fs[g * {S} + u] - top)",
+           f"            fs[g * {S} + u] = x", f"            tot += x * ws[(g * {S} + u) * {W} + 1]",
+           *["        " + x for x in _wred("tot", "{a} + {v}")],
+           f"        for u in range(lane, {S}, 32):",
+           f"            fs[g * {S} + u] = fs[g * {S} + u] / tot  # 0 / 0: no key kept, NaN as ORT",
+           "    cuda.syncthreads()", f"    for e in range(tid, {groups * dv}, {nt}):",
+           f"        g = e // {dv}", f"        d = e % {dv}", f"        r = g * {S}"]  # fmt: skip
+    for u0 in range(0, S, 16):
+        terms = [f"ws[(r + {u}) * {W} + 2 + d] * fs[r + {u}]" for u in range(u0, min(S, u0 + 16))]
+        out.append(f"        y{u0 // 16} = " + " + ".join(terms))
+    out.append("        y = " + " + ".join(f"y{u}" for u in range(-(-S // 16))))
+    out += [f"        i = g % {f['SQ']}", f"        h = g // {f['SQ']} % {f['H']}",
+            f"        b = g // ({f['SQ']} * {f['H']})", f"        orow = {f['o_at']}",
+            f"        {f['o']}[orow + d * {f['OD']}] = y", "    if tid == 0:", "        err[0] = 0"]  # fmt: skip
+    return out
 
 
 def tiled_kernel(f: dict, params: str, dims: tuple) -> tuple:
@@ -472,3 +623,30 @@ def prefill_kernel(f: dict, params: str, dims: tuple, kept: str | None) -> tuple
     f.update(PB=nt // 4, KB=bk // 2, DC=-(-d // 4))  # 4 chunks of the dot, 2 x 2 scores each
     f["span"] = _pre_span(sk, sq, bq, bk, kept)
     return HEADER + "\n" + _CUDA_PRE.format(params=params, **f), (-(-sq // bq), heads, bsz), nt
+
+
+def _simulated_shuffles() -> None:
+    """Numba's CUDA simulator has no warp shuffles: shfl_xor_sync by a barrier of the warp's 32
+    simulator threads (kernels here call it with every lane of a full warp)."""
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
+    lock, warps = threading.Lock(), {}
+
+    def shfl_xor_sync(self, mask, value, lane_mask):
+        t = threading.current_thread()
+        key = (id(t._manager), tuple(t.blockIdx), t.thread_id // 32)
+        with lock:
+            slots, bar = warps.setdefault(key, ([None] * 32, threading.Barrier(32, timeout=120)))
+        slots[t.thread_id % 32] = value
+        bar.wait()
+        got = slots[(t.thread_id % 32) ^ lane_mask]
+        bar.wait()
+        return got
+
+    kernelapi.FakeCUDAModule.shfl_xor_sync = shfl_xor_sync
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    _simulated_shuffles()

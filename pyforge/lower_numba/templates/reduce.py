@@ -9,7 +9,7 @@ from ..emit import KernelBuilder, contiguous_strides, type_name
 from ..registry import lowering
 from ..scalar import lit
 
-ROW_LONG = 4096  # a reduced last axis at least this long gets a block of threads per row (cuda)
+ROW_LONG = 256  # a reduced last axis at least this long gets a block of threads per row (cuda)
 
 # op -> (initial value, accumulate(acc, v), finish(acc, count)); t is the type name.
 # A sum starts at -0.0, the identity that keeps an all -0.0 sum -0.0; a NaN, once met, stays

@@ -134,4 +134,12 @@ s12c)  # the twelfth session: global pool rows / depthwise interior A/B and HF p
   step 150 python3 scripts/gpu_pool_ab.py --budget 140 2>&1 | grep -v -i warn | tee "$OUT/gpu_pool_ab.txt" | tail -30
   step 80 python3 benchmarks/generate_gpu.py --quick --ctx 256 --new 16 --caches static --precision fp32 --skip eager,compile --rounds 1 --budget 60 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -24
   ;;
+s12d)  # the twelfth session's last call: decode attention variants; decode with the two-round pick (row and w8 attention); EfficientNet/MobileNetV2 peers rows with pool rows
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 150 python3 benchmarks/attention.py --target cuda --variants row,w4,w8,w8k64 --only gemma_dec256,gemma_dec256_short,gemma_dec1216,prefill_gemma_1024_causal,prefill_gemma_1024_window512 2>&1 | grep -v -i warn | tee "$OUT/attention_variants.txt" | tail -16
+  for v in row w8; do
+    step 140 env PYFORGE_DECODE_ATTN=$v python3 benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 120 $([ $v = row ] && echo --profile) 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_$v.txt" | tail -26
+  done
+  step 100 python3 benchmarks/peers.py --corpus --target cuda --models efficientnet_b0,mobilenet_v2 --budget 90 --timeout 60 --compile-mode off --md "$OUT/peers_cnn.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_cnn.txt" | tail -8
+  ;;
 esac

@@ -79,21 +79,3 @@ def test_pool_rows_in_simulator():
 @pytest.mark.parametrize("op,layout", CASES)
 def test_pool_rows_match_numpy_on_cuda(op, layout):
     _check("cuda", op, layout)
-
-
-DW_CASES = [  # depthwise_cuda.interior_sum, on (PYFORGE_DW_INTERIOR=1): interior and border
-    ((1, 6, 15, 17), 6, 6, dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 2, 2, 2])),
-    ((1, 4, 12, 10), 8, 4, dict(kernel_shape=[3, 3], dilations=[1, 2], pads=[1, 2, 1, 2])),
-]
-
-
-@pytest.mark.skipif(not INSIDE, reason="runs inside the simulator subprocess")
-@pytest.mark.parametrize("case", range(len(DW_CASES)))
-def test_interior_depthwise_matches_ort_on_cuda(case, monkeypatch):
-    from tests.helpers import check_against_ort
-    from tests.lower_numba.test_depthwise import _model as dw_model
-
-    monkeypatch.setenv("PYFORGE_DW_INTERIOR", "1")
-    shape, cout, group, attrs = DW_CASES[case]
-    model, feeds = dw_model(shape, cout, group, "silu", **attrs)
-    check_against_ort(model, feeds, target="cuda")

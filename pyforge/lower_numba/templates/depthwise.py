@@ -16,7 +16,6 @@ from ...ir import Node
 from ..emit import KernelBuilder, type_name
 from ..registry import lowering
 from ..scalar import lit
-from .depthwise_cuda import interior_sum
 from .geometry import nc_oh_ow, spatial2d, window2d
 
 
@@ -54,7 +53,7 @@ def grouped_conv_element(node: Node, kb: KernelBuilder, coords: list[str]) -> st
         dims = (H, W, C, OG, kb.int_param(oh_, "OH"))
         pitch = _plane(kb, (xs, ws, t, plane), (n, co), dims, (cg, h, wd), geo)
     _cpu(kb, f"{acc} = {plane}[u64({oh} * {pitch} + {ow})]")  # unsigned: no wrap, it vectorises
-    interior_sum(kb, (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg), geo, _cuda_sum)
+    _cuda_sum(kb, (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg), geo)
     return acc
 
 

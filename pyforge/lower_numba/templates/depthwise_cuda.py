@@ -71,33 +71,3 @@ def global_pool_rows(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     mean = f" / {t}({HW})" if node.op.startswith("GlobalAverage") else ""
     kb.lines.append((None, f"{out} = {acc}{mean}"))
     return out
-
-
-def interior_sum(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, geo, checked) -> None:
-    """cuda, a grouped conv's output element: with PYFORGE_DW_INTERIOR=1 (an A/B candidate), one
-    whose window lies inside the input sums its taps unrolled at constant offsets, no bounds test;
-    the border goes to ``checked`` (depthwise.py's per-tap test)."""
-    if os.environ.get("PYFORGE_DW_INTERIOR", "0") != "1":
-        checked(kb, names, at, dims, geo)
-        return
-    (xs, ws, t, acc), (n, co, oh, ow), (H, W, C, OG, cg) = names, at, dims
-    wide = (lambda v: f"f32({v})") if t == "f32" else (lambda v: v)
-    (kh, kw), (sh, sw), (dh, dw), pads = geo
-    ih, iw, ci, xb, wb = (kb.tmp(p) for p in ("ih", "iw", "ci", "xb", "wb"))
-    lines = [
-        f"{ih} = {oh} * {sh} - {pads[0]}",
-        f"{iw} = {ow} * {sw} - {pads[1]}",
-        f"if {ih} >= 0 and {ih} + {(kh - 1) * dh} < {H} and {iw} >= 0 and {iw} + {(kw - 1) * dw} < {W}:",
-        f"    {acc} = {lit(0, t)}",
-        f"    for {ci} in range({cg}):",
-        f"        {xb} = (({n} * {C} + ({co} // {OG}) * {cg} + {ci}) * {H} + {ih}) * {W} + {iw}",
-        f"        {wb} = ({co} * {cg} + {ci}) * {kh * kw}",
-    ]
-    for ky in range(kh):
-        for kx in range(kw):
-            x_at = f"{xs}[{xb} + {ky * dh} * {W} + {kx * dw}]"
-            lines.append(f"        {acc} += {wide(x_at)} * {wide(f'{ws}[{wb} + {ky * kw + kx}]')}")
-    kb.lines += [(None, ln) for ln in lines] + [(None, "else:")]
-    mark = len(kb.lines)
-    checked(kb, names, at, dims, geo)
-    kb.lines[mark:] = [(None, "    " + ln[1]) for ln in kb.lines[mark:]]

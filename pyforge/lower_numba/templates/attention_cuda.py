@@ -310,7 +310,8 @@ def row_kernel(f: dict, params: str, dims: tuple, split: int, kept: str | None) 
     return HEADER + "\n" + _CUDA_ROW.format(params=params, **f), (sq, heads, bsz * split), nt
 
 
-# cuda decode, warp-level (candidates by PYFORGE_DECODE_ATTN; "row" is the control above): the
+# cuda decode, warp-level (PYFORGE_DECODE_ATTN; "w8", the default, was the fastest on the H200 at 9,
+# 133 and 1088 keys; "row" is the per-row kernel above): the
 # same grid, split and workspace as _CUDA_ROW. A warp a key: each lane the dims lane + 32 t of q
 # (in registers) and of the key's row (coalesced), the dot summed by shfl_xor; KU keys a pass,
 # their loads all issued before the sums (clamped to the part, so no branch). Scores in shared
@@ -322,9 +323,9 @@ _FULL = "0xFFFFFFFF"
 
 
 def decode_variant() -> tuple | None:
-    """(warps, keys a pass, keys a part) of the decode kernel PYFORGE_DECODE_ATTN names, or None
-    for the per-row kernel (the default)."""
-    name = os.environ.get("PYFORGE_DECODE_ATTN", "row")
+    """(warps, keys a pass, keys a part) of the decode kernel PYFORGE_DECODE_ATTN names (default
+    w8), or None for the per-row kernel ("row")."""
+    name = os.environ.get("PYFORGE_DECODE_ATTN", "w8")
     if name not in DECODE:
         raise OptionError(f"PYFORGE_DECODE_ATTN={name!r}: not one of {sorted(DECODE)}")
     return DECODE[name]

@@ -119,13 +119,10 @@ def mark_state(graph, state: dict[str, str]) -> None:
             )
         k = next(k for k, n in enumerate(graph.nodes) if out in [o.name for o in n.outputs])
         node = graph.nodes[k]
-        a = node.group.anchor if node.op == "Fused" else node
-        if (
-            a is None
-            or a.op != "ScatterND"
-            or a.inputs[0] is not ins[inp]
-            or a.outputs[0].name != out
-        ):
+        # the member that makes ``out``: scatters sharing indices share one kernel
+        members = node.group.members if node.op == "Fused" else [node]
+        a = next(m for m in members if out in [o.name for o in m.outputs])
+        if a.op != "ScatterND" or a.inputs[0] is not ins[inp] or a.outputs[0].name != out:
             raise OptionError(
                 "state",
                 f"state output {out!r} is made by node {node.name!r} ({ops(node)}), not by a "

@@ -120,11 +120,17 @@ def _lower_group(node: Node, prog: Program, conv: tuple = ("im2col", None)) -> N
     if low is not None and low.form == "rows":
         kb = KernelBuilder(label)
         n = low.emit(anchor, kb)  # an iteration count, or a whole call (tiled kernels)
+        for m in members[1:]:  # fusion's siblings (scatters sharing indices): the same count
+            for v in m.inputs:
+                if v is not None:
+                    prog.add(v)
+            if low.emit(m, kb) != n:
+                raise ValueError(f"{label}: sibling {m.name!r} iterates differently")
         prog.steps.append(n if isinstance(n, KernelCall) else kb.build(n))
         if prog.steps[-1].workspace:
             ws = prog.temp(f"{anchor.outputs[0].name}::ws", (prog.steps[-1].workspace,), np.float32)
             prog.steps[-1].args.append(("t", ws))
-        prog.steps[-1].writes = [prog.add(anchor.outputs[0])]
+        prog.steps[-1].writes = [prog.add(o) for m in members for o in m.outputs]
         return
 
     gemm = low is not None and low.form == "gemm"

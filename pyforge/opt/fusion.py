@@ -2,7 +2,9 @@
 
 A group is one ``Fused`` node holding an ``ir.FusedGroup``: its members in order, the anchor first
 when the group starts with an op whose lowering takes an epilogue (``OpDef.epilogue``). Each group
-lowers to one kernel, or to one GEMM call plus at most one epilogue kernel.
+lowers to one kernel, or to one GEMM call plus at most one epilogue kernel. Scatters that share
+their indices (a decoder's K and V cache writes) are one group of siblings: one kernel, each
+member writing its own output over the same iterations.
 """
 
 from __future__ import annotations
@@ -19,6 +21,35 @@ def is_elementwise(node: Node) -> bool:
 def takes_epilogue(node: Node) -> bool:
     """The anchor's lowering yields one output element at a time, so a tail may follow."""
     return bool(flag(node.op, "epilogue"))
+
+
+# ops whose rows kernels run side by side in one: one iteration count for equal shapes and
+# attributes, each member writing only its own output
+SIBLINGS = ("ScatterND", "ScatterElements")
+
+
+def _sibling_of(node: Node, groups, group_of, users) -> int | None:
+    """The group of one earlier scatter that ``node`` can share a kernel with: the same op,
+    attributes, indices and shapes, and neither reading what the other makes."""
+    if node.op not in SIBLINGS:
+        return None
+    idx = node.inputs[1]
+    for s in users.get(id(idx), []):
+        gi = group_of.get(id(s.outputs[0]))
+        if gi is None or s is node or len(groups[gi]) != 1 or groups[gi][0] is not s:
+            continue
+        same = s.op == node.op and s.attrs == node.attrs and s.inputs[1] is idx
+        # each widens its own updates (a float16 one is read so): their dtypes may differ
+        shapes = [(v.shape, v.dtype) for v in s.inputs[:2] + s.outputs] + [s.inputs[2].shape]
+        if not same or shapes != [(v.shape, v.dtype) for v in node.inputs[:2] + node.outputs] + [
+            node.inputs[2].shape
+        ]:
+            continue
+        mine, theirs = {id(node.inputs[0]), id(node.inputs[2])}, {id(v) for v in s.inputs}
+        if id(s.outputs[0]) in mine or id(s.inputs[0]) in mine or id(node.inputs[0]) in theirs:
+            continue  # one's write would be read by the other (in place: its data)
+        return gi
+    return None
 
 
 def _group_node(members: list[Node], graph_outputs: set[int], users: dict[int, list[Node]]) -> Node:
@@ -53,6 +84,12 @@ def _partition(graph: Graph, fuse: bool) -> list[list[Node]]:
         if kind_of(node.op) == "view":
             continue
         target = None
+        if fuse and not is_elementwise(node):
+            target = _sibling_of(node, groups, group_of, users)
+            if target is not None and _read_in_between(
+                groups[target], first_pos[target], pos, users, position
+            ):
+                target = None
         if fuse and is_elementwise(node):
             shape, fits = node.outputs[0].shape, []
             for v in node.inputs:

@@ -311,7 +311,7 @@ def test_a_saved_state_plan_loads_strictly(tmp_path):
 
 def test_the_cuda_decode_step_re_views_q_k_v_without_a_kernel(config, weights):
     """Per layer of the cuda decode plan: 4 GEMMs (q, k, v one, gate and up one, their parts
-    views) and 10 kernels; the seq-1 head Transposes and the logits' last row are views, the q
+    views) and 7 kernels; the seq-1 head Transposes and the logits' last row are views, the q
     and k heads one norm and one rotary kernel (Gather + Mul + Mul + Add), the GELU one kernel
     with its Mul."""
     from pyforge.compiler import compile_to_plan
@@ -329,8 +329,12 @@ def test_the_cuda_decode_step_re_views_q_k_v_without_a_kernel(config, weights):
     assert ops.count("MatMul") == 4 * config.layers
     kernels = [s for s in plan.steps if hasattr(s, "kernel")]
     assert ops.count("Gather+Mul+Mul+Add") == ops.count("RMSNormalization+Mul") == config.layers
-    # tables, masks, indices, ends, and the greedy pick (next_token)
-    assert len(kernels) == 10 * config.layers + 12, ops
+    # a junction (RMSNorm, residual Add, RMSNorm) a kernel, but the last layer's (its h is
+    # read through the logits' last-row view); K and V written by one scatter kernel
+    assert ops.count("ResidualRMSNorm") == 2 * config.layers - 1
+    assert ops.count("ScatterND+ScatterND") == config.layers
+    # tables, masks, indices, ends, the first norm, the last junction, the pick (next_token)
+    assert len(kernels) == 7 * config.layers + 13, ops
 
 
 @pytest.mark.slow
@@ -351,10 +355,14 @@ def test_the_in_place_scatter_compiles_to_ptx(config, weights, tmp_path):
     opts = CompileOptions(state=gemma3.state_map(config), input_shapes=shapes).resolve("cuda")
     plan, _ = compile_to_plan(proto, opts)
     scatters = [s for s in plan.steps if s.label.startswith("ScatterND")]
-    assert len(scatters) == 2 * config.layers
+    assert len(scatters) == config.layers  # K's and V's: siblings, one kernel
     for step in scatters:
-        (_, out), (_, data) = step.args[:2]  # kernel parameters t0 and t1
-        assert plan.slots[data] == plan.slots[out] and plan.slots[out].region == "state"
-        assert "t1[" not in plan.kernels[step.kernel]["cuda"]  # past is never read: no copy
+        names = [a for kind, a in step.args if kind == "t"]  # kernel parameters t0, t1, ...
+        pasts = [k for k, name in enumerate(names) if name.startswith("past_key_values")]
+        assert len(pasts) == 2
+        for k in pasts:  # each scatter's output is its parameter before its data's
+            out = names[k - 1]
+            assert plan.slots[names[k]] == plan.slots[out] and plan.slots[out].region == "state"
+            assert f"t{k}[" not in plan.kernels[step.kernel]["cuda"]  # past never read: no copy
     for step in {s.kernel: s for s in scatters}.values():
         assert _ptx_of(plan, step, tmp_path)

@@ -52,6 +52,27 @@ register(
 register("RMSNormalization", _norm_eval, _norm_infer, kind="rows", epilogue=True, reads_half=(0,))
 
 
+def _residual_eval(node: Node, xs):
+    """h = r + RMSNorm(x) * w1 and y = RMSNorm(h) * w2, over the last axis (opt/norms.py)."""
+    x, w1, r, w2 = xs
+
+    def rms(v: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+        vf = v.astype(np.float64)  # as _stats
+        return vf / np.sqrt(np.mean(vf * vf, axis=-1, keepdims=True) + eps) * w
+
+    h = (r + rms(x, w1, node.attrs["epsilon"]).astype(r.dtype)).astype(r.dtype)
+    return [h, rms(h, w2, node.attrs["epsilon2"]).astype(node.attrs["to"])]
+
+
+def _residual_infer(node: Node):
+    r = node.inputs[2]
+    return [(r.shape, r.dtype), (r.shape, np.dtype(node.attrs["to"]))]
+
+
+# a residual junction: RMSNorm, + the residual stream, RMSNorm again: one kernel of two outputs
+register("ResidualRMSNorm", _residual_eval, _residual_infer, kind="rows", internal=True)
+
+
 def _mvn_eval(node: Node, xs):
     x, axes = xs[0], tuple(node.attrs["axes"])
     xf = x.astype(np.float64)  # as _stats

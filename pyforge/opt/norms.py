@@ -111,3 +111,54 @@ def fuse_rms_norm(graph: Graph) -> Graph:
         new.outputs[0].producer = new
         m = _Match(graph)
     return graph
+
+
+def _junction(m: _Match, n2: Node) -> tuple[Node, list[Node], int] | None:
+    """(ResidualRMSNorm, the nodes it replaces, the Add) for y = RMSNorm(h = r + RMSNorm(x)),
+    both over the last axis of one shape, without bias; y's private Cast to float16 joins."""
+    add = n2.inputs[0].producer
+    if add is None or add.op != "Add" or len(n2.inputs) != 2:
+        return None
+    for a in (0, 1):
+        n1, r = add.inputs[a].producer, add.inputs[1 - a]
+        if n1 is not None and n1.op == "RMSNormalization" and m.private(add.inputs[a]):
+            break
+    else:
+        return None
+    h, y, x = add.outputs[0], n2.outputs[0], n1.inputs[0]
+    shape, row = h.shape, h.shape[-1:] if h.shape else None
+    rows = [n.attrs["axis"] in (-1, len(shape) - 1) for n in (n1, n2)]
+    if not all(rows) or len(n1.inputs) != 2 or x.shape != shape or r.shape != shape:
+        return None
+    w1, w2 = n1.inputs[1], n2.inputs[1]
+    f32 = np.dtype(np.float32)
+    if w1.shape != row or w2.shape != row or {r.dtype, h.dtype, w1.dtype, w2.dtype} != {f32}:
+        return None
+    gone, users = [n1, add, n2], m.users.get(id(y), [])
+    if m.private(y) and users[0].op == "Cast" and users[0].attrs.get("to") == np.float16:
+        gone.append(users[0])
+        y = users[0].outputs[0]
+    attrs = {"epsilon": n1.attrs["epsilon"], "epsilon2": n2.attrs["epsilon"], "to": y.dtype.name}
+    return Node("ResidualRMSNorm", [x, w1, r, w2], [h, y], attrs, n2.name), gone, add
+
+
+@register_pass("residual_rms_norm")
+def fuse_residual_rms_norm(graph: Graph) -> Graph:
+    """RMSNorm, residual Add, RMSNorm (a decoder layer's two junctions) as one row kernel."""
+    m = _Match(graph)
+    for n2 in [n for n in graph.nodes if n.op == "RMSNormalization"]:
+        found = _junction(m, n2)
+        if found is None:
+            continue
+        new, gone, add = found
+        at = graph.nodes.index(add)  # x and r exist there, and h is read after it
+        ids = {id(n) for n in gone}
+        graph.nodes = (
+            [n for n in graph.nodes[:at] if id(n) not in ids]
+            + [new]
+            + [n for n in graph.nodes[at:] if id(n) not in ids]
+        )
+        for o in new.outputs:
+            o.producer = new
+        m = _Match(graph)
+    return graph

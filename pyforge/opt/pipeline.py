@@ -29,6 +29,6 @@ def pass_names(layout: str = "nchw", precision: str = "fp32", fusion: bool = Tru
     if precision == "fp16":
         names.append("fp16")
     if fusion:  # after attention, which reads its operands back through the Transposes
-        names += ["unit_transpose", "merge_matmuls", "slice_view"]
+        names += ["unit_transpose", "merge_matmuls", "slice_view", "residual_rms_norm"]
     names.append("fuse" if fusion else "no_fuse")
     return names

@@ -120,3 +120,52 @@ def test_weight_that_adds_dims_is_not_swallowed():
     ops = graph_ops(model)
     assert ops.count("RMSNormalization") == 1 and "Mul" in ops
     check_against_ort(model, feeds)
+
+
+def junction_model(shape=(2, 3, 16), outputs=("y", "h"), n1_shared=False):
+    """h = r + RMSNorm(x) * w1, y = RMSNorm(h) * w2 (a decoder layer's junction), both written
+    out in elementwise ops; ``n1_shared``: the first norm's result is also an output."""
+    rng = np.random.default_rng(11)
+    inits = [_c("eps", np.asarray(1e-6, F32)), _c("axes", np.asarray([-1], np.int64))]
+    nodes = []
+    for k, (src, dst) in enumerate((("x", "n1"), ("h", "y")), start=1):
+        inits.append(_c(f"w{k}", (rng.standard_normal(shape[-1]) + 1).astype(F32)))
+        nodes += [
+            N("Mul", [src, src], [f"sq{k}"]),
+            N("ReduceMean", [f"sq{k}", "axes"], [f"ms{k}"], keepdims=1),
+            N("Add", [f"ms{k}", "eps"], [f"mse{k}"]),
+            N("Sqrt", [f"mse{k}"], [f"rms{k}"]),
+            N("Div", [src, f"rms{k}"], [f"nx{k}"]),
+            N("Mul", [f"nx{k}", f"w{k}"], [dst]),
+        ]
+        if k == 1:
+            nodes.append(N("Add", ["r", "n1"], ["h"]))
+    outs = list(outputs) + (["n1"] if n1_shared else [])
+    model = make_model(
+        nodes,
+        [("x", F32, list(shape)), ("r", F32, list(shape))],
+        [(o, F32, list(shape)) for o in outs],
+        inits,
+        opset=18,
+    )
+    feeds = {n: (rng.standard_normal(shape) * 3 + 0.5).astype(F32) for n in ("x", "r")}
+    return model, feeds
+
+
+@pytest.mark.parametrize(
+    "shape,outputs", [((2, 3, 16), ("y", "h")), ((1, 1, 640), ("y", "h")), ((4, 300), ("y",))]
+)
+def test_residual_junction_is_one_kernel_and_matches_ort(shape, outputs):
+    """Both norms and the Add become one ResidualRMSNorm row kernel (h written even when only y
+    is read), equal to ORT for both outputs; rows of 16 and of 640 (more than ROW_UNROLL folds)."""
+    model, feeds = junction_model(shape, outputs)
+    ops = graph_ops(model)
+    assert ops == ["ResidualRMSNorm"], ops
+    check_against_ort(model, feeds)
+
+
+def test_residual_junction_left_alone_when_the_first_norm_is_read_elsewhere():
+    model, feeds = junction_model(n1_shared=True)
+    ops = graph_ops(model)
+    assert "ResidualRMSNorm" not in ops and ops.count("RMSNormalization") == 2
+    check_against_ort(model, feeds)

@@ -167,3 +167,36 @@ def mvn_element(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
     x_c = f"({src}[{at}] - {k} - {m})"
     kb.emit(f"{y} = {type_name(x.dtype)}({x_c} / ({std} + {lit(1e-9, 'f32')}))")
     return y
+
+
+@lowering("ResidualRMSNorm", form="rows")
+def residual_rms_norm_rows(node: Node, kb: KernelBuilder) -> int:
+    """h = r + RMSNorm(x) * w1, y = RMSNorm(h) * w2: a row's two statistics, then both outputs.
+    h is computed three times a row (in the second statistic, and at the store), each time by
+    the same expression as the unfused RMSNorm + Add kernel, so h and y equal the two kernels'."""
+    x, w1, r, w2 = node.inputs
+    h, y = node.outputs
+    c = kb.coords(tuple(h.shape), split=len(h.shape) - 1)[-1]
+    L, base = kb.int_param(h.shape[-1], "L"), kb.tmp("rb")
+    xs, ws1, rs, ws2 = (kb.tensor(v.name) for v in (x, w1, r, w2))
+    with kb.at_row():
+        kb.emit(f"{base} = o * {L}")
+    k, m, inv = moments(kb, xs, base, L, node.attrs["epsilon"], centred=False)
+
+    def h_of(xv: str, j: str, rv: str) -> str:  # as norm_element's line, then the Add
+        return f"(f32((f32({xv}) - {k} - {m}) * {inv}) * {ws1}[{j}] + {rv})"
+
+    hh = h_of("{v}", "{j}", f"{rs}[{base} + {{j}}]")
+    ssq, inv2 = kb.tmp("ssq"), kb.tmp("rstd")
+    kb.row_reduce(
+        ssq, lit(0, "f32"), "{a} + {v}", f"{hh} * {hh}", L, f"{xs}[{base} + ", at_cpu=f"{base}v["
+    )
+    with kb.at_row():
+        eps = lit(node.attrs["epsilon2"], "f32")
+        kb.emit(f"{inv2} = {lit(1, 'f32')} / math.sqrt({ssq} / f32({L}) + {eps})")
+    hv = kb.tmp("h")
+    kb.emit(f"{hv} = {h_of(f'{xs}[i]', c, f'{rs}[i]')}")
+    kb.emit(f"{kb.tensor(h.name)}[i] = {hv}")
+    yv = f"f32(({hv} - {k} - {m}) * {inv2}) * {ws2}[{c}]"
+    kb.emit(f"{kb.tensor(y.name)}[i] = {type_name(y.dtype)}({yv})")
+    return int(np.prod(h.shape))

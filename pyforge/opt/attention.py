@@ -10,6 +10,8 @@ that repeats key/value heads (grouped-query attention) read through, not run. An
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..ir import Graph, Node, Value
@@ -112,6 +114,8 @@ def _attention(graph: Graph, m: _Match, sm: Node) -> tuple[Node, list[Node]] | N
     x = sm.inputs[0]
     if len(x.shape) != 4 or sm.attrs["axis"] % 4 != 3 or x.dtype != np.float32:
         return None
+    if x.shape[2] > int(os.environ.get("PYFORGE_ATTN_MAX_SQ", "1073741824")):
+        return None  # an A/B switch: longer queries stay GEMMs around a row softmax
     p = sm.outputs[0]
     pv = m.users.get(id(p), [None])[0]
     if not m.private(p) or pv.op != "MatMul" or pv.inputs[0] is not p:

@@ -144,12 +144,12 @@ s12d)  # the twelfth session's last call: decode attention variants; decode with
   ;;
 s13a)  # the thirteenth session: decode with ResidualRMSNorm junctions and K/V scatter siblings against the last tree (BASE, w8 attention); prefill with attention as GEMMs past 64 query rows
   nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
-  step 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/generate/test_static_cache.py tests/generate/test_fp16_decode.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED|Error" | tail -12
-  G="benchmarks/generate_gpu.py --caches static --new 32 --precision fp32,fp16 --skip eager,compile --rounds 2 --budget 120"
+  step 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/generate/test_static_cache.py tests/generate/test_fp16_decode.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED|Error" | tail -12
+  G="benchmarks/generate_gpu.py --caches static --new 32 --skip eager,compile"
   if [ -n "${BASE:-}" ]; then
-    step 150 env PYFORGE_DECODE_ATTN=w8 PYFORGE_CACHE=/tmp/pfcache_base PYTHONPATH=/tmp/site:$BASE bash -c "cd $BASE && python3 $G" 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_base.txt" | tail -14
+    step 100 env PYFORGE_DECODE_ATTN=w8 PYFORGE_CACHE=/tmp/pfcache_base PYTHONPATH=/tmp/site:$BASE bash -c "cd $BASE && python3 $G --precision fp32 --rounds 1 --budget 80" 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_base.txt" | tail -14
   fi
-  step 150 python3 $G 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_new.txt" | tail -14
-  step 150 env PYFORGE_ATTN_MAX_SQ=64 python3 $G 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_sq64.txt" | tail -14
+  step 150 python3 $G --precision fp32,fp16 --rounds 2 --budget 130 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_new.txt" | tail -14
+  step 110 env PYFORGE_ATTN_MAX_SQ=64 python3 $G --precision fp32,fp16 --rounds 1 --budget 90 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_sq64.txt" | tail -14
   ;;
 esac

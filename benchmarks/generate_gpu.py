@@ -210,15 +210,19 @@ def measure_alternating(gens: dict, ids: list[int], new: int, rounds: int) -> di
     }  # fmt: skip
 
 
-def profile_steps(gen, reps: int = 20) -> list[tuple[str, int, float]]:
-    """The latest plan's (a decode step's, after a generate) device time by step kind: each
-    step's launches ``reps`` times in a CUDA graph of its own, timed by events (no host gaps).
-    (kind, steps, us a token), the largest first; a GEMM's kind names m x n x k and its dtype."""
+def profile_steps(gen, reps: int = 20, seq: int = 1) -> list[tuple[str, int, float]]:
+    """A plan's device time by step kind (the decode step's, or the prefill bucket holding
+    ``seq`` tokens): each step's launches ``reps`` times in a CUDA graph of its own, timed by
+    events (no host gaps). (kind, steps, us a run), the largest first; a GEMM's kind names
+    m x n x k and its dtype."""
     from numba import cuda
 
     from pyforge.exec.cuda.graph import CudaGraph
 
-    rt, rows = gen.model.runtime.first, {}
+    bound, at = gen.model._plans, gen.model._names.index("input_ids")  # {input shapes: plan}
+    keys = [k for k in bound if k[at][-1] >= seq]
+    key = min(keys, key=lambda k: k[at][-1]) if seq > 1 else None
+    rt, rows = (bound[key].runtime if key is not None else gen.model.runtime).first, {}
     t0, t1 = cuda.event(), cuda.event()
     t0.record(rt.stream)
     for _ in range(reps):
@@ -300,6 +304,7 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=0, help="new tokens (default 128, --quick 32)")
     ap.add_argument("--precision", default="fp32", help="pyforge's precisions: fp32,fp16,bf16")
     ap.add_argument("--profile", action="store_true", help="cuda: decode device time by step")
+    ap.add_argument("--profile-prefill", type=int, default=0, help="cuda: a prefill's, this long")
     ap.add_argument("--host-greedy", action="store_true",
                     help="also each decoder picking greedy from the copied logits, step by step")  # fmt: skip
     ap.add_argument("--hf-dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
@@ -353,17 +358,19 @@ def main(argv=None) -> int:
     for name, gen in gens.items() if args.profile and target == "cuda" else ():
         if isinstance(gen, _HostGreedy):
             continue
-        try:
-            rows = profile_steps(gen)
-        except Exception as e:  # noqa: BLE001  (the table below still prints)
-            print(f"  {name}: profile failed: {type(e).__name__}: {e}", file=sys.stderr)
-            continue
-        print(
-            f"\n{name}: decode device time by step kind (a graph per step, whose sum "
-            f"{sum(r[2] for r in rows if r[1]):.1f} us leaves out the gaps between steps)"
-        )
-        for kind, n, us in rows[:16]:
-            print(f"  {kind:40s} {n:4d} steps {us:9.1f} us")
+        for seq in [1] + ([args.profile_prefill] if args.profile_prefill else []):
+            try:
+                rows = profile_steps(gen, seq=seq)
+            except Exception as e:  # noqa: BLE001  (the table below still prints)
+                print(f"  {name}: profile failed: {type(e).__name__}: {e}", file=sys.stderr)
+                continue
+            what = "decode" if seq == 1 else f"prefill ({seq} tokens)"
+            print(
+                f"\n{name}: {what} device time by step kind (a graph per step, whose sum "
+                f"{sum(r[2] for r in rows if r[1]):.1f} us leaves out the gaps between steps)"
+            )
+            for kind, n, us in rows[:16]:
+                print(f"  {kind:40s} {n:4d} steps {us:9.1f} us")
     gens = None  # their plans and caches go before the next peer loads
     if "eager" not in skip:
         model = hf_model(config, weights, device, dtype=args.hf_dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from .errors import OptionError, ResourceError
@@ -14,7 +15,7 @@ from .frontend.checks import check_declared_sizes
 from .lower_numba.build_plan import build_plan
 from .lower_numba.describe import describe
 from .lower_numba.lower import lower_graph
-from .opt.passes import PassManager
+from .opt.passes import PASSES, PassManager
 from .opt.pipeline import pass_names
 from .options import CompileOptions, Progress
 
@@ -28,6 +29,10 @@ def _stage(name: str, seconds: dict[str, float], progress: Progress | None, tota
     seconds[name] = time.perf_counter() - t0
     if progress is not None:
         progress(name, total, total)
+
+
+def _attention_pass(graph, max_rows: int):
+    return PASSES["attention"](graph, max_rows=max_rows)  # looked up here: a benchmark swaps it
 
 
 def compile_to_plan(
@@ -61,6 +66,8 @@ def compile_to_plan(
         check_declared_sizes(proto, limit, o.input_shapes)  # before constant folding allocates
         graph = import_onnx(proto, o.input_shapes, padding, cache)  # padding: frontend/buckets.py
     names, bound, search = pass_names(o.layout, o.precision, o.fusion), {}, {}
+    if o.attention_rows is not None:
+        bound["attention"] = partial(_attention_pass, max_rows=o.attention_rows)
     if o.optimizer == "egraph":  # before fusion: it rewrites MatMul + Add pairs
         names.insert(len(names) - 1, "egraph")
         bound["egraph"] = _egraph_pass(search)

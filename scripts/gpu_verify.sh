@@ -152,4 +152,10 @@ s13a)  # the thirteenth session: decode with ResidualRMSNorm junctions and K/V s
   step 150 python3 $G --precision fp32,fp16 --rounds 2 --budget 130 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_new.txt" | tail -14
   step 110 env PYFORGE_ATTN_MAX_SQ=64 python3 $G --precision fp32,fp16 --rounds 1 --budget 90 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_sq64.txt" | tail -14
   ;;
+s13b)  # the thirteenth session: fused attention against GEMMs + softmax by query length (attention_rows); where a 1024-token prefill goes; transformer peers rows
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 170 python3 benchmarks/attention.py --target cuda --rounds 5 --calls 20 --only minilm,bert_layer,attn,prefill_d256 2>&1 | grep -v -i warn | tee "$OUT/attention_rows.txt" | tail -16
+  step 130 python3 benchmarks/generate_gpu.py --caches static --new 16 --skip eager,compile --precision fp32,fp16 --rounds 1 --budget 100 --profile --profile-prefill 1024 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -80
+  step 240 python3 benchmarks/peers.py --corpus --target cuda --models bert_base,distilbert,vit_b_16,gpt2_2l,minilm_l6 --budget 230 --timeout 100 --compile-mode off --md "$OUT/peers_tr.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_tr.txt" | tail -14
+  ;;
 esac

@@ -10,8 +10,6 @@ that repeats key/value heads (grouped-query attention) read through, not run. An
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..ir import Graph, Node, Value
@@ -108,14 +106,16 @@ def _canon(shape: tuple, perm: tuple) -> tuple:
     return tuple(shape[p] for p in perm)
 
 
-def _attention(graph: Graph, m: _Match, sm: Node) -> tuple[Node, list[Node]] | None:
+def _attention(
+    graph: Graph, m: _Match, sm: Node, max_rows: int = 1 << 30
+) -> tuple[Node, list[Node]] | None:
     """The FusedAttention node replacing the pattern ending in Softmax ``sm``, and the nodes it
     replaces; None where the pattern does not hold exactly."""
     x = sm.inputs[0]
     if len(x.shape) != 4 or sm.attrs["axis"] % 4 != 3 or x.dtype != np.float32:
         return None
-    if x.shape[2] > int(os.environ.get("PYFORGE_ATTN_MAX_SQ", "1073741824")):
-        return None  # an A/B switch: longer queries stay GEMMs around a row softmax
+    if x.shape[2] > max_rows:
+        return None  # longer queries stay GEMMs around a row softmax (CompileOptions)
     p = sm.outputs[0]
     pv = m.users.get(id(p), [None])[0]
     if not m.private(p) or pv.op != "MatMul" or pv.inputs[0] is not p:
@@ -164,10 +164,11 @@ def _attention(graph: Graph, m: _Match, sm: Node) -> tuple[Node, list[Node]] | N
 
 
 @register_pass("attention")
-def fuse_attention(graph: Graph) -> Graph:
-    """Replace every exact attention pattern by one FusedAttention node."""
+def fuse_attention(graph: Graph, max_rows: int = 1 << 30) -> Graph:
+    """Replace every exact attention pattern of at most ``max_rows`` queries by one
+    FusedAttention node."""
     for sm in [n for n in graph.nodes if n.op == "Softmax"]:
-        found = _attention(graph, _Match(graph), sm)
+        found = _attention(graph, _Match(graph), sm, max_rows)
         if found is None:
             continue
         node, gone = found

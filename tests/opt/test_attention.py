@@ -237,7 +237,7 @@ def test_bert_layer_launches_drop():
     from pyforge.opt import passes
 
     saved = passes.PASSES["attention"]
-    passes.PASSES["attention"] = lambda graph: graph
+    passes.PASSES["attention"] = lambda graph, **_: graph
     try:
         unfused, _ = check_against_ort(model, feeds)
     finally:
@@ -262,3 +262,32 @@ def test_saved_plan_reloads_the_fused_kernel(tmp_path):
     compiled.save(tmp_path / "plan")
     loaded = pyforge.load(tmp_path / "plan")
     np.testing.assert_array_equal(loaded.predict(feeds), compiled.predict(feeds))
+
+
+def _members(graph) -> list:
+    return [m for n in graph.nodes for m in (n.group.members if n.group else [n])]
+
+
+def test_attention_rows_bounds_the_fused_query_length():
+    """``attention_rows``: queries longer than it stay GEMMs around a row softmax (cuda's default
+    64, chosen by the H200 prefill A/B); the cpu fuses every length; the unfused cpu graph
+    still equals ORT."""
+    from pyforge.options import CompileOptions
+
+    model, feeds = core(sq=19, sk=67, d=8, mask="add")
+
+    def fused(opts) -> int:
+        _, details = compile_to_plan(model, opts)
+        return sum(
+            m.op == "FusedAttention" for n in details["graph"].nodes for m in n.group.members
+        )
+
+    assert fused(CompileOptions().resolve("cpu")) == 1
+    assert fused(CompileOptions(attention_rows=18).resolve("cpu")) == 0
+    assert fused(CompileOptions(attention_rows=19).resolve("cuda")) == 1
+    long, _ = core(sq=65, sk=65, d=8, mask="add")
+    _, details = compile_to_plan(long, CompileOptions().resolve("cuda"))
+    assert not any(
+        m.op == "FusedAttention" for n in details["graph"].nodes for m in n.group.members
+    )
+    check_against_ort(model, feeds, attention_rows=18)

@@ -479,6 +479,7 @@ def compile(
       memory_limit=int              bytes the arena and weights may take (default 75% of RAM)
       optimizer="greedy"|"egraph"   cpu: "egraph" picks per region by measured kernel costs
       state={output: input}         one buffer kept across calls, written in place (KV cache)
+      attention_rows=int            longest query fused for heads of 128+ (cuda default 64)
     runtime (``RuntimeOptions``; also taken by ``load``):
       fused_steps=bool              cpu: one call per GEMM step (default True)
       own_gemm=bool                 cpu: pyforge's AVX2 GEMM, else OpenBLAS (default True)

@@ -158,4 +158,10 @@ s13b)  # the thirteenth session: fused attention against GEMMs + softmax by quer
   step 130 python3 benchmarks/generate_gpu.py --caches static --new 16 --skip eager,compile --precision fp32,fp16 --rounds 1 --budget 100 --profile --profile-prefill 1024 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -80
   step 240 python3 benchmarks/peers.py --corpus --target cuda --models bert_base,distilbert,vit_b_16,gpt2_2l,minilm_l6 --budget 230 --timeout 100 --compile-mode off --md "$OUT/peers_tr.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_tr.txt" | tail -14
   ;;
+s13c)  # the thirteenth session: the in-place ScatterND one thread per updated element, row reductions by warp shuffles; decode/prefill with profiles; transformer peers again
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/generate/test_static_cache.py tests/generate/test_fp16_decode.py tests/lower_numba/test_argmax_rows.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED|Error" | tail -12
+  step 170 python3 benchmarks/generate_gpu.py --caches static --new 32 --skip eager,compile --precision fp32,fp16 --rounds 2 --budget 140 --profile --profile-prefill 1024 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -80
+  step 220 python3 benchmarks/peers.py --corpus --target cuda --models minilm_l6,bert_base,distilbert,vit_b_16,gpt2_2l --budget 210 --timeout 100 --compile-mode off --md "$OUT/peers_tr.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_tr.txt" | tail -12
+  ;;
 esac

@@ -351,22 +351,42 @@ class KernelBuilder:
                 f"({combine.format(a=parts[k], v=parts[k + 1])})" for k in range(0, len(parts), 2)
             ]
         cpu.append(f"{acc} = {parts[0]}")
-        sh, w = self.tmp("sh"), self.tmp("w")
+        sh, w, y, warps = self.tmp("sh"), self.tmp("w"), self.tmp("y"), ROW_THREADS // 32
         cuda = [f"{acc} = {init}", f"for {j} in range({tid}, {L}, {ROW_THREADS}):"]
         cuda += fold(acc, j)
-        cuda += [
-            f"{sh} = cuda.shared.array({ROW_THREADS}, {t})",
-            f"{sh}[{tid}] = {acc}",
-            "cuda.syncthreads()",
-            f"{w} = {ROW_THREADS // 2}",
-            f"while {w} > 0:",
-            f"    if {tid} < {w}:",
-            f"        {sh}[{tid}] = {combine.format(a=f'{sh}[{tid}]', v=f'{sh}[{tid} + {w}]')}",
-            "    cuda.syncthreads()",
-            f"    {w} //= 2",
-            f"{acc} = {sh}[0]",
-            "cuda.syncthreads()",  # every thread has read it before the next row's tree
-        ]
+        if t in ("f32", "f64", "i32", "i64"):  # the types warp shuffles move
+            # each warp's lanes by shuffles, then every thread folds the warps' partials in
+            # order: two barriers, where a tree in shared memory took one per level
+            cuda += [
+                f"{w} = 16",
+                f"while {w} > 0:",
+                f"    {y} = cuda.shfl_xor_sync(0xFFFFFFFF, {acc}, {w})",  # once: a collective
+                f"    {acc} = {combine.format(a=acc, v=y)}",
+                f"    {w} //= 2",
+                f"{sh} = cuda.shared.array({warps}, {t})",
+                f"if {tid} % 32 == 0:",
+                f"    {sh}[{tid} // 32] = {acc}",
+                "cuda.syncthreads()",
+                f"{acc} = {sh}[0]",
+                f"for {w} in range(1, {warps}):",
+                f"    {y} = {sh}[{w}]",
+                f"    {acc} = {combine.format(a=acc, v=y)}",
+                "cuda.syncthreads()",  # every thread has read them before the next row's
+            ]
+        else:
+            cuda += [
+                f"{sh} = cuda.shared.array({ROW_THREADS}, {t})",
+                f"{sh}[{tid}] = {acc}",
+                "cuda.syncthreads()",
+                f"{w} = {ROW_THREADS // 2}",
+                f"while {w} > 0:",
+                f"    if {tid} < {w}:",
+                f"        {sh}[{tid}] = {combine.format(a=f'{sh}[{tid}]', v=f'{sh}[{tid} + {w}]')}",
+                "    cuda.syncthreads()",
+                f"    {w} //= 2",
+                f"{acc} = {sh}[0]",
+                "cuda.syncthreads()",  # every thread has read it before the next row's tree
+            ]
         with self.at_row():
             self.lines += [(ln, None) for ln in cpu] + [(None, ln) for ln in cuda]
 

@@ -114,8 +114,6 @@ def _attention(
     x = sm.inputs[0]
     if len(x.shape) != 4 or sm.attrs["axis"] % 4 != 3 or x.dtype != np.float32:
         return None
-    if x.shape[2] > max_rows:
-        return None  # longer queries stay GEMMs around a row softmax (CompileOptions)
     p = sm.outputs[0]
     pv = m.users.get(id(p), [None])[0]
     if not m.private(p) or pv.op != "MatMul" or pv.inputs[0] is not p:
@@ -140,6 +138,8 @@ def _attention(
         return None
     if max(d, vs[3]) > MAX_HEAD or any(t[0].dtype != np.float32 for t in (q, k, v)):
         return None
+    if qs[2] > max_rows and d >= 128:
+        return None  # a wide head's long query stays GEMMs around a row softmax (CompileOptions)
     nodes += [sm, pv]
     out, out_perm = pv.outputs[0], IDENTITY
     t = m.users.get(id(out), [None])[0]
@@ -165,8 +165,8 @@ def _attention(
 
 @register_pass("attention")
 def fuse_attention(graph: Graph, max_rows: int = 1 << 30) -> Graph:
-    """Replace every exact attention pattern of at most ``max_rows`` queries by one
-    FusedAttention node."""
+    """Replace every exact attention pattern by one FusedAttention node (a head of 128 or
+    wider: of at most ``max_rows`` queries)."""
     for sm in [n for n in graph.nodes if n.op == "Softmax"]:
         found = _attention(graph, _Match(graph), sm, max_rows)
         if found is None:

@@ -269,25 +269,21 @@ def _members(graph) -> list:
 
 
 def test_attention_rows_bounds_the_fused_query_length():
-    """``attention_rows``: queries longer than it stay GEMMs around a row softmax (cuda's default
-    64, chosen by the H200 prefill A/B); the cpu fuses every length; the unfused cpu graph
-    still equals ORT."""
+    """``attention_rows``: a wide head's (128+) queries longer than it stay GEMMs around a row
+    softmax (cuda's default 64, chosen by the H200 A/B); narrower heads and the cpu fuse every
+    length; the unfused cpu graph still equals ORT."""
     from pyforge.options import CompileOptions
 
-    model, feeds = core(sq=19, sk=67, d=8, mask="add")
+    model, feeds = core(sq=19, sk=67, d=128, mask="add")
 
-    def fused(opts) -> int:
-        _, details = compile_to_plan(model, opts)
-        return sum(
-            m.op == "FusedAttention" for n in details["graph"].nodes for m in n.group.members
-        )
+    def fused(m, opts) -> int:
+        _, details = compile_to_plan(m, opts)
+        return sum(m.op == "FusedAttention" for m in _members(details["graph"]))
 
-    assert fused(CompileOptions().resolve("cpu")) == 1
-    assert fused(CompileOptions(attention_rows=18).resolve("cpu")) == 0
-    assert fused(CompileOptions(attention_rows=19).resolve("cuda")) == 1
-    long, _ = core(sq=65, sk=65, d=8, mask="add")
-    _, details = compile_to_plan(long, CompileOptions().resolve("cuda"))
-    assert not any(
-        m.op == "FusedAttention" for n in details["graph"].nodes for m in n.group.members
-    )
+    assert fused(model, CompileOptions().resolve("cpu")) == 1
+    assert fused(model, CompileOptions(attention_rows=18).resolve("cpu")) == 0
+    assert fused(model, CompileOptions(attention_rows=19).resolve("cuda")) == 1
+    cuda = CompileOptions().resolve("cuda")
+    assert fused(core(sq=65, sk=65, d=128, mask="add")[0], cuda) == 0
+    assert fused(core(sq=65, sk=65, d=64, mask="add")[0], cuda) == 1
     check_against_ort(model, feeds, attention_rows=18)

@@ -95,6 +95,8 @@ def scatter_nd_rows(node: Node, kb: KernelBuilder) -> int:
     ix, up = kb.tensor(idx.name), kb.tensor(upd.name)
     S, K = kb.int_param(size, "S"), kb.int_param(k, "K")
     r, u, p = kb.tmp("r"), kb.tmp("u"), kb.tmp("p")
+    if node.attrs.get("in_place") and node.attrs["reduction"] == "none":
+        return _scatter_nd_writes(node, kb, (out, ix, up), (S, K), tuples)
     if not node.attrs.get("in_place"):
         kb.emit(f"for {r} in range({kb.int_param(rows, 'R')}):")
         kb.emit(f"{out}[{r} * {S} + i] = {src}[{r} * {S} + i]", 1)
@@ -110,3 +112,25 @@ def scatter_nd_rows(node: Node, kb: KernelBuilder) -> int:
     update = update if upd.dtype == node.outputs[0].dtype else f"f32({update})"
     _store(kb, node, out, f"{p} * {S} + i", update, 1)
     return size
+
+
+def _scatter_nd_writes(node: Node, kb: KernelBuilder, ts: tuple, ps: tuple, tuples: int) -> int:
+    """An in-place ScatterND without reduction (a KV cache's new rows): nothing to copy and no
+    combining order, so one iteration per element of every update (a 1024-token prefill's
+    cache write was 1024 updates in series per element: 0.7 ms a layer on the H200)."""
+    (out, ix, up), (S, K) = ts, ps
+    data, idx = node.inputs[0], node.inputs[1]
+    u, e, p = kb.tmp("u"), kb.tmp("e"), kb.tmp("p")
+    kb.emit(f"{u} = i // {S}")
+    kb.emit(f"{e} = i % {S}")
+    kb.emit(f"{p} = 0")
+    for c in range(idx.shape[-1]):
+        D = kb.int_param(data.shape[c], "D")
+        q = _wrapped_index(kb, f"{ix}[{u} * {K} + {c}]", D, 0)
+        kb.emit(f"{p} = {p} * {D} + {q}")
+        message = _range_message(f"{node.op} index column {c}", D)
+        kb.check_range(ix, tuples, D, message, step=idx.shape[-1], start=c)
+    update = f"{up}[i]"  # updates are (tuples, slice) in order: element i is update u's e
+    update = update if node.inputs[2].dtype == node.outputs[0].dtype else f"f32({update})"
+    kb.emit(f"{out}[{p} * {S} + {e}] = {update}")
+    return tuples * int(np.prod(data.shape[idx.shape[-1] :]))

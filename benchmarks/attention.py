@@ -44,8 +44,17 @@ WORKLOADS = {
     "gemma_dec256": dict(heads=4, kv=1, sk=256, d=256, valid=133),
     "gemma_dec256_short": dict(heads=4, kv=1, sk=256, d=256, valid=9),
     "gemma_dec1216": dict(heads=4, kv=1, sk=1216, d=256, valid=1088),
+    "gemma_dec1216_short": dict(heads=4, kv=1, sk=1216, d=256, valid=9),
+    "gemma_dec1216_window": dict(heads=4, kv=1, sk=1216, d=256, valid=512),
 }
-OPT_IN = ("prefill_d256", "gemma_dec256", "gemma_dec256_short", "gemma_dec1216")
+OPT_IN = (
+    "prefill_d256",
+    "gemma_dec256",
+    "gemma_dec256_short",
+    "gemma_dec1216",
+    "gemma_dec1216_short",
+    "gemma_dec1216_window",
+)
 
 
 def _model(nodes, inputs, outputs, w):

@@ -164,4 +164,10 @@ s13c)  # the thirteenth session: the in-place ScatterND one thread per updated e
   step 170 python3 benchmarks/generate_gpu.py --caches static --new 32 --skip eager,compile --precision fp32,fp16 --rounds 2 --budget 140 --profile --profile-prefill 1024 2>&1 | grep -v -i warn | tee "$OUT/generate_gpu_profile.txt" | tail -80
   step 220 python3 benchmarks/peers.py --corpus --target cuda --models minilm_l6,bert_base,distilbert,vit_b_16,gpt2_2l --budget 210 --timeout 100 --compile-mode off --md "$OUT/peers_tr.md" 2>&1 | grep -v -i warn | tee "$OUT/peers_tr.txt" | tail -12
   ;;
+s14a)  # the fourteenth session: decode attention's split (keys a part) at 9 / 512 / 1088 of 1216 keys; the decode profile; the whole decode with 128 keys a part
+  nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/gpu.txt"
+  step 150 python3 benchmarks/attention.py --target cuda --variants w8,w8k64,w8k128,w8k256 --only gemma_dec1216_short,gemma_dec1216_window,gemma_dec1216 2>&1 | grep -v -i warn | tee "$OUT/attn_split.txt" | tail -14
+  step 170 python3 benchmarks/generate_gpu.py --caches static --new 32 --skip eager,compile --precision fp32,fp16 --rounds 2 --budget 140 --profile 2>&1 | grep -v -i warn | tee "$OUT/generate_w8.txt" | tail -60
+  step 150 env PYFORGE_DECODE_ATTN=w8k128 python3 benchmarks/generate_gpu.py --caches static --new 32 --skip eager,compile --precision fp32,fp16 --rounds 2 --budget 120 2>&1 | grep -v -i warn | tee "$OUT/generate_w8k128.txt" | tail -14
+  ;;
 esac

@@ -318,7 +318,8 @@ def row_kernel(f: dict, params: str, dims: tuple, split: int, kept: str | None) 
 # memory, max and sum by shuffles, then one word a warp. PV the same way (a warp a key, a lane
 # its dims), the warps' sums in shared memory. Split: as _CUDA_ROW, but the last block merges in
 # parallel (a warp per row's parts, every part's acc load of an output issued together).
-DECODE = {"row": None, "w4": (4, 2, 32), "w8": (8, 4, 32), "w8k64": (8, 4, 64)}
+DECODE = {"row": None, "w4": (4, 2, 32), "w8": (8, 4, 32), "w8k64": (8, 4, 64),
+          "w8k128": (8, 4, 128), "w8k256": (8, 4, 256)}  # fmt: skip
 _FULL = "0xFFFFFFFF"
 
 

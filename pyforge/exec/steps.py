@@ -93,9 +93,12 @@ class ConvGeometry:
 
     def reads_windows(self) -> bool:
         """Whether the cpu's own sgemm reads the windows from the padded image itself, with no
-        column matrix: stride 1, or a kernel wider than 1x1 (a strided 1x1 keeps its im2col)."""
+        column matrix: stride 1, or a kernel wider than 1x1 (a strided 1x1 keeps its im2col),
+        unless the padded rows it would compute are over twice the output (a wide dilation)."""
         g = self.geometry
-        return tuple(g[6:8]) == (1, 1) or g[4] * g[5] > 1
+        wp = g[13] + (g[5] - 1) * g[11] // g[7]  # the shifted windows' padded row
+        wide = (g[12] - 1) * wp + g[13] > 2 * g[12] * g[13]
+        return (tuple(g[6:8]) == (1, 1) or g[4] * g[5] > 1) and not wide
 
 
 @dataclass(frozen=True)

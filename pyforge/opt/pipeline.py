@@ -10,8 +10,16 @@ from . import fusion as _fusion  # noqa: F401
 from . import layout as _layout  # noqa: F401
 from . import precision as _precision  # noqa: F401
 
-# folding before and after bn_fold/split_bias: both leave constant subexpressions behind
-CLEANUP = ["const_fold", "drop_identity", "bn_fold", "split_bias", "const_fold", "dce"]
+# folding before and after bn_fold/split_bias (conv_dead_taps: once the weights are folded): both leave constant subexpressions behind
+CLEANUP = [
+    "const_fold",
+    "drop_identity",
+    "bn_fold",
+    "conv_dead_taps",
+    "split_bias",
+    "const_fold",
+    "dce",
+]
 
 
 def pass_names(layout: str = "nchw", precision: str = "fp32", fusion: bool = True) -> list[str]:

@@ -186,3 +186,38 @@ def test_slice_view_leaves_a_reversed_dim_a_slice():
     x = np.random.default_rng(4).standard_normal((1, 5)).astype(np.float32)
     got = pyforge.compile(model, target="cpu").predict(x)
     np.testing.assert_array_equal(got, -x[:, ::-1])
+
+
+def dilated_conv_model(size, dilation, stride, kernel, pads):
+    w = numpy_helper.from_array(
+        rng.standard_normal((16, 4, kernel, kernel)).astype(np.float32), "w"
+    )
+    b = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b")
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], dilations=[dilation] * 2, pads=pads,
+                            strides=[stride] * 2)  # fmt: skip
+    out = [("y", np.float32, None)]
+    return make_model([conv], [("x", np.float32, [1, 4, size, size])], out, [w, b])
+
+
+@pytest.mark.parametrize(
+    "size,dilation,stride,kernel,pads,cut",
+    [
+        (6, 8, 1, 3, [8, 8, 8, 8], [1, 1]),  # the centre tap alone: a 1x1
+        (4, 5, 1, 3, [1, 1, 10, 10], [1, 1]),  # the taps past the far side only
+        (9, 3, 2, 5, [3, 4, 3, 3], [3, 4]),  # strided: the first and (across) the last go
+        (5, 2, 1, 3, [2, 2, 2, 2], [3, 3]),  # every tap live: unchanged
+        (14, 12, 1, 3, [12] * 4, [3, 3]),  # live, but padded rows 2.6x the output: im2col
+    ],
+)
+def test_conv_dead_taps_cuts_taps_that_read_only_padding(size, dilation, stride, kernel, pads, cut):
+    """A wide dilation on a small image: taps that read only zero padding at every output are
+    cut from the weight and the pads shrunk; the output equals ORT's on the uncut model."""
+    from tests.helpers import check_against_ort
+
+    model = dilated_conv_model(size, dilation, stride, kernel, pads)
+    graph = PassManager(["conv_dead_taps"]).run(import_onnx(model))
+    conv = graph.nodes[0]
+    assert conv.attrs["kernel_shape"] == cut
+    assert list(conv.inputs[1].const.shape[2:]) == cut
+    assert min(conv.attrs["pads"]) >= 0
+    check_against_ort(model, {"x": rng.standard_normal((1, 4, size, size)).astype(np.float32)})

@@ -83,7 +83,8 @@ def _gelu(n: Node, a: list[str], t: str) -> str:
     x = a[0]
     if n.attrs["approximate"] == "tanh":
         c = lit(np.sqrt(2 / np.pi), t)
-        return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + math.tanh({c} * ({x} + {lit(0.044715, t)} * {x} * {x} * {x})))"
+        inner = f"{c} * ({x} + {lit(0.044715, t)} * {x} * {x} * {x})"
+        return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + {tanh(inner, t)})"
     return f"{lit(0.5, t)} * {x} * ({lit(1, t)} + {erf(f'{x} * {lit(0.7071067811865476, t)}', t)})"
 
 
@@ -115,6 +116,11 @@ def erf(x: str, t: str) -> str:
     return f"ferf({x})" if t == "f32" else f"math.erf({x})"
 
 
+def tanh(x: str, t: str) -> str:
+    """float32 through ``ftanh`` (emit.FTANH_CPU, vectorises; on cuda math.tanh), else math.tanh."""
+    return f"ftanh({x})" if t == "f32" else f"math.tanh({x})"
+
+
 def _sigmoid(x: str, t: str) -> str:
     # np.true_divide: ``/`` tests for a zero divisor, and the branch keeps the loop scalar
     return f"np.true_divide({lit(1, t)}, {lit(1, t)} + {exp(f'-{x}', t)})"
@@ -123,7 +129,7 @@ def _sigmoid(x: str, t: str) -> str:
 SCALAR: dict[str, Scalar] = {
     "Relu": lambda n, a, t: f"max({a[0]}, {lit(0, t)})",
     "Sigmoid": lambda n, a, t: _sigmoid(a[0], t),
-    "Tanh": lambda n, a, t: f"math.tanh({a[0]})",
+    "Tanh": lambda n, a, t: tanh(a[0], t),
     "Exp": lambda n, a, t: exp(a[0], t),
     "Log": lambda n, a, t: f"math.log({a[0]})",
     "Sqrt": lambda n, a, t: f"math.sqrt({a[0]})",

@@ -7,6 +7,7 @@ import numpy as np
 from ...ir import Node
 from ..emit import KernelBuilder, type_name
 from ..registry import lowering
+from ..scalar import exp as fexp
 from ..scalar import lit
 
 
@@ -33,12 +34,13 @@ def softmax_rows(node: Node, kb: KernelBuilder) -> int:
     kb.emit(f"{m} = max({m}, {src}[{base} + {j} * {IN}])", 1)
     kb.emit(f"{s} = {lit(0, t)}")
     kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{s} += math.exp({src}[{base} + {j} * {IN}] - {m})", 1)
+    kb.emit(f"{s} += {fexp(f'{src}[{base} + {j} * {IN}] - {m}', t)}", 1)
     kb.emit(f"for {j} in range({L}):")
     if node.op == "LogSoftmax":
         kb.emit(f"{dst}[{base} + {j} * {IN}] = {src}[{base} + {j} * {IN}] - {m} - math.log({s})", 1)
     else:
-        kb.emit(f"{dst}[{base} + {j} * {IN}] = math.exp({src}[{base} + {j} * {IN}] - {m}) / {s}", 1)
+        e = fexp(f"{src}[{base} + {j} * {IN}] - {m}", t)
+        kb.emit(f"{dst}[{base} + {j} * {IN}] = {e} / {s}", 1)
     return outer * inner
 
 
@@ -53,7 +55,7 @@ def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> i
         kb.emit(f"{base} = o * {L}")
     at = f"{src}[{base} + "
     kb.row_reduce(m, lit(-np.inf, acc), "max({a}, {v})", f"{acc}({{v}})", L, at, acc)
-    exp = f"math.exp({acc}({{v}}) - {m})"
+    exp = fexp(f"{acc}({{v}}) - {m}", acc)  # float32: fexp, which vectorises
     if node.op == "LogSoftmax":
         kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc)
         with kb.at_row():
@@ -64,5 +66,5 @@ def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> i
         kb.emit(f"{dst}[i] = {dst}[i] / {s}")
     else:
         kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc)
-        kb.emit(f"{dst}[i] = math.exp({acc}({src}[i]) - {m}) / {s}")
+        kb.emit(f"{dst}[i] = {fexp(f'{acc}({src}[i]) - {m}', acc)} / {s}")
     return int(np.prod(y.shape))

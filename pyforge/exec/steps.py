@@ -96,9 +96,16 @@ class ConvGeometry:
         column matrix: stride 1, or a kernel wider than 1x1 (a strided 1x1 keeps its im2col),
         unless the padded rows it would compute are over twice the output (a wide dilation)."""
         g = self.geometry
-        wp = g[13] + (g[5] - 1) * g[11] // g[7]  # the shifted windows' padded row
-        wide = (g[12] - 1) * wp + g[13] > 2 * g[12] * g[13]
+        wide = shifted_columns(g)[1] > 2 * g[12] * g[13]
         return (tuple(g[6:8]) == (1, 1) or g[4] * g[5] > 1) and not wide
+
+
+def shifted_columns(geometry: tuple[int, ...]) -> tuple[int, int]:
+    """(padded width, columns) of a conv's padded column space q = oh * Wp + ow, where every
+    output column's window lies inside the padded row (exec/cpu/pack.shifted_conv)."""
+    kw, sw, dw, oh, ow = geometry[5], geometry[7], geometry[11], geometry[12], geometry[13]
+    wp = ow + (kw - 1) * dw // sw
+    return wp, (oh - 1) * wp + ow
 
 
 @dataclass(frozen=True)

@@ -134,13 +134,13 @@ def conv_dead_taps(graph: Graph) -> Graph:
             continue
         live = [_live_taps(spatial[i], node.outputs[0].shape[2 + i], a["kernel_shape"][i],
                            a["strides"][i], a["dilations"][i], a["pads"][i]) for i in range(nd)]  # fmt: skip
-        if all(k1 - k0 + 1 == k for (k0, k1), k in zip(live, a["kernel_shape"])):
-            continue
+        if None in live or all(k1 - k0 + 1 == k for (k0, k1), k in zip(live, a["kernel_shape"])):
+            continue  # no tap meets the image (left whole), or every tap does
         pads = list(a["pads"])
         for i, ((k0, k1), k) in enumerate(zip(live, a["kernel_shape"])):
             pads[i] -= k0 * a["dilations"][i]
             pads[nd + i] -= (k - 1 - k1) * a["dilations"][i]
-        if any(k1 < k0 for k0, k1 in live) or min(pads) < 0:
+        if min(pads) < 0:
             continue
         cut = w[(slice(None), slice(None), *(slice(k0, k1 + 1) for k0, k1 in live))]
         node.inputs = [x, graph.constant(np.ascontiguousarray(cut), "w"), *node.inputs[2:]]
@@ -150,9 +150,9 @@ def conv_dead_taps(graph: Graph) -> Graph:
     return graph
 
 
-def _live_taps(size: int, out: int, k: int, stride: int, dilation: int, begin: int) -> tuple:
+def _live_taps(size: int, out: int, k: int, stride: int, dilation: int, begin: int):
     """(first, last) tap along one axis whose input positions, over every output position,
-    meet the image [0, size)."""
+    meet the image [0, size), or None where none does."""
     taps = [t for t in range(k) if t * dilation - begin <= size - 1
             and (out - 1) * stride - begin + t * dilation >= 0]  # fmt: skip
-    return (taps[0], taps[-1]) if taps else (1, 0)
+    return (taps[0], taps[-1]) if taps else None

@@ -10,7 +10,8 @@ from . import fusion as _fusion  # noqa: F401
 from . import layout as _layout  # noqa: F401
 from . import precision as _precision  # noqa: F401
 
-# folding before and after bn_fold/split_bias (conv_dead_taps: once the weights are folded): both leave constant subexpressions behind
+# folding before and after bn_fold/split_bias: both leave constant subexpressions behind;
+# conv_dead_taps after bn_fold, which rewrites the conv weights it cuts
 CLEANUP = [
     "const_fold",
     "drop_identity",

@@ -13,6 +13,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.core.extending import intrinsic
 
+from ..steps import shifted_columns
 from .tiles import claim, threads, tiling
 
 
@@ -133,8 +134,8 @@ def shifted_conv(geometry: tuple[int, ...]) -> dict:
     (one per phase of the stride that some tap reads, per channel), each tap row's offset into
     them, and the padded column space q = oh * wp + ow. Stride s reads phase (ky * dh % s) at
     row offset ky * dh // s: a stride-s conv is a stride-1 conv over the phases' planes."""
-    c, kh, kw, sh, sw, top, left, dh, dw, oh, ow = geometry[1:2] + geometry[4:]
-    wp = ow + (kw - 1) * dw // sw  # padded width: every output column's window inside it
+    c, kh, kw, sh, sw, top, left, dh, dw, oh, _ow = geometry[1:2] + geometry[4:]
+    wp, cols = shifted_columns(geometry)
     hp = oh + (kh - 1) * dh // sh
     r = np.arange(c * kh * kw)
     ky, kx, ch = (r // kw) % kh, r % kw, r // (kh * kw)
@@ -145,5 +146,5 @@ def shifted_conv(geometry: tuple[int, ...]) -> dict:
     phases = np.array([(py, px, sh, sw) for py, px in used], np.int64)
     # the last panel of 16 reads up to 15 columns past the last one
     size = len(used) * c * hp * wp + 2 * NR
-    return {"koff": koff.astype(np.int64), "wp": wp, "hp": hp, "cols": (oh - 1) * wp + ow,
+    return {"koff": koff.astype(np.int64), "wp": wp, "hp": hp, "cols": cols,
             "size": size, "top": top, "left": left, "phases": phases}  # fmt: skip

@@ -7,8 +7,7 @@ import numpy as np
 from ...ir import Node
 from ..emit import KernelBuilder, type_name
 from ..registry import lowering
-from ..scalar import exp as fexp
-from ..scalar import lit
+from ..scalar import exp, lit
 
 
 @lowering("Softmax", "LogSoftmax", form="rows")
@@ -34,12 +33,12 @@ def softmax_rows(node: Node, kb: KernelBuilder) -> int:
     kb.emit(f"{m} = max({m}, {src}[{base} + {j} * {IN}])", 1)
     kb.emit(f"{s} = {lit(0, t)}")
     kb.emit(f"for {j} in range({L}):")
-    kb.emit(f"{s} += {fexp(f'{src}[{base} + {j} * {IN}] - {m}', t)}", 1)
+    kb.emit(f"{s} += {exp(f'{src}[{base} + {j} * {IN}] - {m}', t)}", 1)
     kb.emit(f"for {j} in range({L}):")
     if node.op == "LogSoftmax":
         kb.emit(f"{dst}[{base} + {j} * {IN}] = {src}[{base} + {j} * {IN}] - {m} - math.log({s})", 1)
     else:
-        e = fexp(f"{src}[{base} + {j} * {IN}] - {m}", t)
+        e = exp(f"{src}[{base} + {j} * {IN}] - {m}", t)
         kb.emit(f"{dst}[{base} + {j} * {IN}] = {e} / {s}", 1)
     return outer * inner
 
@@ -55,16 +54,16 @@ def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> i
         kb.emit(f"{base} = o * {L}")
     at = f"{src}[{base} + "
     kb.row_reduce(m, lit(-np.inf, acc), "max({a}, {v})", f"{acc}({{v}})", L, at, acc)
-    exp = fexp(f"{acc}({{v}}) - {m}", acc)  # float32: fexp, which vectorises
+    ex = exp(f"{acc}({{v}}) - {m}", acc)  # float32: fexp, which vectorises
     if node.op == "LogSoftmax":
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc)
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, acc)
         with kb.at_row():
             kb.emit(f"{s} = {m} + math.log({s})")
         kb.emit(f"{dst}[i] = {acc}({src}[i]) - {s}")
     elif x.dtype != np.float16:  # each exp kept in the output, then scaled: one exp an element
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc, keep=f"{dst}[{base} + ")
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, acc, keep=f"{dst}[{base} + ")
         kb.emit(f"{dst}[i] = {dst}[i] / {s}")
     else:
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", exp, L, at, acc)
-        kb.emit(f"{dst}[i] = {fexp(f'{acc}({src}[i]) - {m}', acc)} / {s}")
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, acc)
+        kb.emit(f"{dst}[i] = {exp(f'{acc}({src}[i]) - {m}', acc)} / {s}")
     return int(np.prod(y.shape))

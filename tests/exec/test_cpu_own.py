@@ -156,3 +156,22 @@ def test_gemm_with_activation_left_operand(trans_b, alpha):
     m, k, n = 37, 300, 70
     feeds = {"a": np.random.default_rng(9).standard_normal((m, k)).astype(np.float32)}
     check_against_ort(_gemm_model(m, k, n, trans_b, alpha), feeds)
+
+
+@pytest.mark.parametrize("batched_b", [False, True])
+def test_constant_right_operand_packed_once(batched_b):
+    """A MatMul's constant weight (R) is packed whole-K at bind time and read by every call;
+    a weight per batch entry (a 3-D constant B) is packed per call as before."""
+    rng = np.random.default_rng(11)
+    m, k, n = 45, 530, 83  # 3 k blocks, a part last panel of rows and of columns
+    w = (rng.standard_normal((2, k, n) if batched_b else (k, n)) / 20).astype(np.float32)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    inits = [numpy_helper.from_array(w, "w")]
+    model = make_model([node], [("x", np.float32, [2, m, k])], [("y", np.float32, [2, m, n])],
+                       inits)  # fmt: skip
+    feeds = {"x": rng.standard_normal((2, m, k)).astype(np.float32)}
+    compiled, _ = check_against_ort(model, feeds)
+    for _ in range(2):  # the packed copy serves every call
+        np.testing.assert_allclose(compiled.predict(feeds), feeds["x"] @ w, rtol=1e-4, atol=1e-4)
+    packed_r = [key for key in compiled.runtime._packed if key[0] == "r"]
+    assert len(packed_r) == (0 if batched_b else 1)

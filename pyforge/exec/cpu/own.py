@@ -212,10 +212,11 @@ def bind_own_step(
     key = ("work", parts)
     if key not in shared:
         shared[key] = np.empty(sg.work_size(parts), np.float32)
-    rw = shared["rw"]
-    if len(rw) < sg.whole_r_size(step.m, step.n, step.k):
-        rw = rw[:0]
-    r, koff, phases, x = operands
+    r, koff, phases, x, rw = operands
+    if rw is None:
+        rw = shared["rw"]
+        if len(rw) < sg.whole_r_size(step.m, step.n, step.k):
+            rw = rw[:0]
     args = (parts, g, d, views[step.a], lp, r, koff, phases, views[step.d], bias, res)
     args += (shared[key],)
     args += (rw, shared["qbuf"], x, cin, beta, *values)
@@ -236,7 +237,8 @@ def _shifted(geometry: tuple[int, ...], packed: dict) -> dict:
 def _operands(
     step: GemmStep, views: dict, constants: frozenset[str], shared: dict, shift: dict | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
-    """(sgemm's parameters g, the driver's sizes d, packed L, (R, koff, phases, image))."""
+    """(sgemm's parameters g, the driver's sizes d, packed L, (R, koff, phases, image, R
+    packed at bind time or None))."""
     g = np.zeros(sg.N_PARAMS, np.int64)
     g[sg.K_DIM], g[sg.L_ROWS], g[sg.R_COLS] = step.k, step.m, step.n
     g[sg.L_RS], g[sg.L_KS] = (1, step.lda) if step.trans_a else (step.lda, 1)
@@ -256,7 +258,24 @@ def _operands(
     else:  # R: the strided matrix B (a strided conv: its im2col, run first)
         r = views[step.b]
         g[sg.R_RS], g[sg.R_KS] = (step.ldb, 1) if step.trans_b else (1, step.ldb)
-    return g, d, lp, (r, koff, phases, x)
+        if step.b in constants and step.conv is None and step.prologue is None:
+            if step.batch == 1 or step.stride_b == 0:  # one weight: packed once, here
+                g[sg.R_MODE] = sg.R_PACKED
+                return g, d, lp, (r, koff, phases, x, _prepack_r(step, r, g, packed))
+    return g, d, lp, (r, koff, phases, x, None)
+
+
+def _prepack_r(step: GemmStep, b: np.ndarray, g: np.ndarray, packed: dict) -> np.ndarray:
+    """A constant B (a MatMul's or Gemm's weight) packed whole-K as sgemm reads R, once per
+    runtime and the plans sharing its weights (keyed by address, as ``_prepack``)."""
+    where = b.__array_interface__["data"][0]
+    key = ("r", where, b.size, step.n, step.k, int(g[sg.R_RS]), int(g[sg.R_KS]))
+    if key not in packed:
+        out = np.empty(pk.packed_size(step.n, step.k, sg.NR), np.float32)
+        rs, ks = int(g[sg.R_RS]), int(g[sg.R_KS])
+        pk.pack_panels(b, 0, rs, ks, step.n, 0, step.n, 0, step.k, sg.NR, out, 0)
+        packed[key] = out
+    return packed[key]
 
 
 _ACTS = {None: 0, "relu": 1, "relu6": 2}  # the activation codes of sgemm's store

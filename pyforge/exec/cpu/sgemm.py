@@ -40,8 +40,9 @@ KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packe
 # the int64 parameter vector of ``sgemm`` (one array, so the drivers stay short)
 (K_DIM, L_ROWS, R_COLS, L_BASE, L_RS, L_KS, L_PACKED, R_BASE, R_RS, R_KS, R_MODE, C_BASE, C_RS,
  C_CS, C_WP, C_OW, RES_BASE, RELU, BIAS, NEXT, N_PARAMS) = range(21)  # fmt: skip
-# R read from a strided matrix (packed first), or as shifted windows of an image, in place
-R_STRIDED, R_SHIFTED = 0, 1
+# R read from a strided matrix (packed first), as shifted windows of an image, in place, or
+# from ``rw`` packed whole-K already (a constant weight, packed once at bind time)
+R_STRIDED, R_SHIFTED, R_PACKED = 0, 1, 2
 # a parallel region is cut into about this many tiles per thread, which threads claim in turn: a
 # thread that another process keeps off its core holds up at most its current tile
 TILES_PER_THREAD = 8
@@ -314,7 +315,8 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
 
     L: a strided view into ``l`` or, when ``g[L_PACKED]``, already packed in ``lp`` (else packed
     here into ``lp``). R: a strided view into ``r``, or shifted windows of the padded image
-    ``r`` at offsets ``koff`` (R_SHIFTED). ``work`` holds ``work_size(parts)`` floats; ``rw``
+    ``r`` at offsets ``koff`` (R_SHIFTED), or packed in ``rw`` already (R_PACKED). ``work``
+    holds ``work_size(parts)`` floats; else ``rw``
     receives all of R packed once where the threads split L's rows (if it is large enough);
     ``qbuf`` stages a shifted conv's straddling tiles (see _part)."""
     kdim, lrows, rcols = g[K_DIM], g[L_ROWS], g[R_COLS]
@@ -332,7 +334,9 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
     rpanels = (rcols + NR - 1) // NR
     split_r = rpanels >= lpanels
     rp = rw[:0]
-    if not split_r and g[R_MODE] != R_SHIFTED and len(rw) >= rpanels * NR * kdim:
+    if g[R_MODE] == R_PACKED:
+        rp = rw[: rpanels * NR * kdim]
+    elif not split_r and g[R_MODE] != R_SHIFTED and len(rw) >= rpanels * NR * kdim:
         g[NEXT] = 0
         for _ in prange(parts):
             q = _claim(g)

@@ -258,10 +258,10 @@ def _operands(
     else:  # R: the strided matrix B (a strided conv: its im2col, run first)
         r = views[step.b]
         g[sg.R_RS], g[sg.R_KS] = (step.ldb, 1) if step.trans_b else (1, step.ldb)
-        if step.b in constants and step.conv is None and step.prologue is None:
-            if step.batch == 1 or step.stride_b == 0:  # one weight: packed once, here
-                g[sg.R_MODE] = sg.R_PACKED
-                return g, d, lp, (r, koff, phases, x, _prepack_r(step, r, g, packed))
+        one_weight = step.batch == 1 or step.stride_b == 0  # packed once, here
+        if step.b in constants and one_weight and step.conv is None and step.prologue is None:
+            g[sg.R_MODE] = sg.R_PACKED
+            return g, d, lp, (r, koff, phases, x, _prepack_r(step, r, g, packed))
     return g, d, lp, (r, koff, phases, x, None)
 
 

@@ -34,6 +34,9 @@ def kernel(n, {params}):
 # float32 e**x that LLVM vectorises (Numba's math.exp is one libm call per element, no SVML):
 # x = k ln2 + r (ln2 in two parts), e**r by its degree-7 Taylor polynomial (|r| <= ln2 / 2:
 # about 1e-7 relative), 2**k as two exponent-field halves (so k reaches the subnormals).
+# ``fexpz``: the same, 0 below -87 (e**x < 1.7e-38), for sums where such a term is lost anyway
+# (Softmax, attention, tanh): a subnormal result takes a microcode assist per element on Intel
+# cores, and a masked Softmax row (exp(-3.4e38 - max)) ran 8x slower through fexp.
 # np.floor: math.floor gives an int64, and that conversion does not vectorise on AVX2.
 FEXP_CPU = """
 
@@ -50,8 +53,14 @@ def fexp(x):
     y = p * np.int32((h + np.int32(127)) << np.int32(23)).view(np.float32)
     y = y * np.int32((ki - h + np.int32(127)) << np.int32(23)).view(np.float32)
     return y if x == x else x
+
+
+@njit(inline="always", cache=True, nogil=True)
+def fexpz(x):
+    y = fexp(max(x, f32(-87.0)))
+    return y if x > f32(-87.0) else (f32(0) if x == x else x)
 """
-FEXP_CUDA = "\nfexp = math.exp\n"
+FEXP_CUDA = "\nfexp = math.exp\nfexpz = math.exp\n"
 
 # float32 erf that vectorises (math.erf is a libm call per element): below 1, x * P(x * x);
 # from 1 on, 1 - e**-x*x * Q(1 / (1 + x / 2)), |x| clamped at 4 (erf(4) rounds to 1). Both
@@ -88,7 +97,7 @@ def ftanh(x):
     p = f32(-929569 / 638512875)
     for c in (21844 / 6081075, -1382 / 155925, 62 / 2835, -17 / 315, 2 / 15, -1 / 3):
         p = p * u + f32(c)
-    e = fexp(f32(-2.0) * a)
+    e = fexpz(f32(-2.0) * a)
     big = math.copysign(np.true_divide(f32(1.0) - e, f32(1.0) + e), x)
     return x * (f32(1.0) + u * p) if a < f32(0.5) else big
 """
@@ -98,13 +107,17 @@ def cpu_helpers(src: str) -> str:
     """The vectorised helpers (fexp, ferf, ftanh) a cpu kernel body calls, after the fexp they
     use."""
     erf, tanh = "ferf(" in src, "ftanh(" in src
-    head = FEXP_CPU if erf or tanh or "fexp(" in src else ""
+    head = FEXP_CPU if erf or tanh or "fexp(" in src or "fexpz(" in src else ""
     return head + (FERF_CPU if erf else "") + (FTANH_CPU if tanh else "")
 
 
 def cuda_helpers(src: str) -> str:
     tanh = "\nftanh = math.tanh\n" if "ftanh(" in src else ""
-    return (FEXP_CUDA if "fexp(" in src else "") + (FERF_CUDA if "ferf(" in src else "") + tanh
+    return (
+        (FEXP_CUDA if "fexp(" in src or "fexpz(" in src else "")
+        + (FERF_CUDA if "ferf(" in src else "")
+        + tanh
+    )
 
 
 # a parallel loop: tiles claimed from an atomic counter (exec/cpu/tiles.py), so a thread kept
@@ -336,6 +349,7 @@ class KernelBuilder:
         t: str = "f32",
         keep="",
         at_cpu="",
+        keep_cpu="",
     ) -> None:
         """At row level: ``acc`` = ``combine`` ({a}, {v}) folded over ``term`` ({v}: the element
         ``at`` + j, j < L, and {j}: that j; ``at`` is "t0[b1 + "). cpu: one contiguous pass,
@@ -345,22 +359,34 @@ class KernelBuilder:
         ``keep`` ("t1[b1 + "): each term is also stored there, for the element loop to reuse
         (on cuda the thread that stores an element is the one that later writes it). ``at_cpu``:
         the cpu's ``at`` where it differs (a view of the row, "r1[": its index j is never
-        negative, so no negative-index wrap keeps the loop from vectorising)."""
+        negative, so no negative-index wrap keeps the loop from vectorising); ``keep_cpu``
+        likewise for ``keep``."""
         j, tid, U = self.tmp("j"), "cuda.threadIdx.x", ROW_UNROLL
         parts = [f"{acc}_{u}" for u in range(U)]
 
         def fold(a: str, at_j: str, cpu: bool = False) -> list[str]:
             x = self.tmp("x")
+            if cpu and keep:  # the terms are stored already (below): fold them as they are
+                return [
+                    f"    {x} = {keep_cpu or keep}{at_j}]",
+                    f"    {a} = {combine.format(a=a, v=x)}",
+                ]
             val, lines = (
                 term.format(v=x, j=f"({at_j})"),
                 [f"    {x} = {(at_cpu or at) if cpu else at}{at_j}]"],
             )
-            if keep:
-                lines.append(f"    {keep}{at_j}] = {val}")
-                val = f"{keep}{at_j}]"
+            if keep:  # the term in a local, not read back from the store (may alias the input)
+                e = self.tmp("e")
+                lines += [f"    {e} = {val}", f"    {keep}{at_j}] = {e}"]
+                val = e
             return lines + [f"    {a} = {combine.format(a=a, v=val)}"]
 
         cpu = [f"{', '.join(parts)} = {', '.join([init] * U)}"]
+        if keep:  # cpu: the terms in a loop of their own, which vectorises (unrolled, it did not:
+            # Softmax's exp pass ran 3x slower), then the partial folds over what it stored
+            x = self.tmp("x")
+            cpu += [f"for {j} in range({L}):", f"    {x} = {at_cpu or at}{j}]",
+                    f"    {keep_cpu or keep}{j}] = {term.format(v=x, j=j)}"]  # fmt: skip
         cpu.append(f"for {j} in range(0, {L} - {U - 1}, {U}):")
         for u, a in enumerate(parts):
             cpu += fold(a, f"{j} + {u}" if u else j, True)

@@ -105,10 +105,11 @@ def _cast(n: Node, x: str, t: str) -> str:
     return f"{t}({x})"
 
 
-def exp(x: str, t: str) -> str:
+def exp(x: str, t: str, flush: bool = False) -> str:
     """e**x: float32 through ``fexp`` (emit.FEXP_CPU, a polynomial that vectorises; on cuda
-    math.exp), float64 through math.exp."""
-    return f"fexp({x})" if t == "f32" else f"math.exp({x})"
+    math.exp), or ``fexpz`` (0 for a subnormal result) where ``flush``; float64 through
+    math.exp."""
+    return f"fexp{'z' if flush else ''}({x})" if t == "f32" else f"math.exp({x})"
 
 
 def erf(x: str, t: str) -> str:

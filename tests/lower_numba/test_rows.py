@@ -126,3 +126,19 @@ def test_row_kernels_in_simulator():
 def test_row_kernel_in_simulator(case):
     model, feeds = CASES[case]()
     check_against_ort(model, feeds, target="cuda")
+
+
+def test_masked_softmax_rows_flush_to_exact_zeros():
+    """Scores masked with float32's lowest value (as torch exports a causal mask): their exps
+    are subnormal or below, computed as exact zeros (fexpz), every kept key as ORT has it."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, 3, 40, 40)) * 4).astype(np.float32)
+    causal = np.triu(np.ones((40, 40), bool), 1)
+    x[..., causal] = np.finfo(np.float32).min
+    x[0, 0, 20, :7] = -95.0  # e**(x - max) below the smallest normal float32, not masked
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+                       [("x", np.float32, x.shape)], [("y", np.float32, x.shape)])  # fmt: skip
+    compiled, _ = check_against_ort(model, {"x": x}, atol=1e-7)
+    y = compiled.predict({"x": x})
+    assert (y[..., causal] == 0).all() and (y[0, 0, 20, :7] == 0).all()
+    np.testing.assert_allclose(y.sum(-1), 1, rtol=1e-6)

@@ -3,8 +3,9 @@
 cpu: one parallel tile per (batch, head): its keys (transposed) and values packed once into the
 panels of own sgemm's MRx16 micro-kernel (exec/cpu/sgemm.py), then per block of qb query rows
 (qb x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
-(max, then emit.FEXP_CPU's vectorised exp and the sum in one loop) and written as the left panels of the second product; no BLAS
-call (OpenBLAS would start its own threads inside the parallel region). Shapes and strides are
+(max, then emit.FEXP_CPU's vectorised exp (fexpz) and the sum in one loop) and written as the
+left panels of the second product; no BLAS call (OpenBLAS would start its own threads inside the
+parallel region). Shapes and strides are
 int params (one compiled kernel per mask structure). The cuda kernels: attention_cuda.py.
 """
 
@@ -155,7 +156,7 @@ if mx == -np.inf:  # every key masked: NaN, as ORT gives
 else:
     tot = f32(0)
     for j in range(nk):
-        sr[j] = fexp(sr[j] - mx)
+        sr[j] = fexpz(sr[j] - mx)
         tot += sr[j]
     inv = f32(1) / tot
     for j in range(nk):

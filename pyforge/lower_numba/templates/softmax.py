@@ -50,20 +50,27 @@ def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> i
     kb.coords(tuple(y.shape), split=axis)
     L = kb.int_param(length, "L")
     base, m, s = kb.tmp("b"), kb.tmp("m"), kb.tmp("s")
+    row, out = f"{base}v", f"{base}o"
     with kb.at_row():
         kb.emit(f"{base} = o * {L}")
+        # cpu: the row as views (row_reduce indexes them from 0: no negative-index wrap, so the
+        # passes vectorise)
+        kb.lines.append((f"{row} = {src}[{base}:]", None))
+        kb.lines.append((f"{out} = {dst}[{base}:]", None))
     at = f"{src}[{base} + "
-    kb.row_reduce(m, lit(-np.inf, acc), "max({a}, {v})", f"{acc}({{v}})", L, at, acc)
-    ex = exp(f"{acc}({{v}}) - {m}", acc)  # float32: fexp, which vectorises
+    red = dict(t=acc, at_cpu=f"{row}[")
+    kb.row_reduce(m, lit(-np.inf, acc), "max({a}, {v})", f"{acc}({{v}})", L, at, **red)
+    ex = exp(f"{acc}({{v}}) - {m}", acc, flush=True)  # float32: fexpz, which vectorises
     if node.op == "LogSoftmax":
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, acc)
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, **red)
         with kb.at_row():
             kb.emit(f"{s} = {m} + math.log({s})")
         kb.emit(f"{dst}[i] = {acc}({src}[i]) - {s}")
     elif x.dtype != np.float16:  # each exp kept in the output, then scaled: one exp an element
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, acc, keep=f"{dst}[{base} + ")
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, keep=f"{dst}[{base} + ", keep_cpu=f"{out}[",
+                      **red)  # fmt: skip
         kb.emit(f"{dst}[i] = {dst}[i] / {s}")
     else:
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, acc)
-        kb.emit(f"{dst}[i] = {exp(f'{acc}({src}[i]) - {m}', acc)} / {s}")
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, **red)
+        kb.emit(f"{dst}[i] = {exp(f'{acc}({src}[i]) - {m}', acc, flush=True)} / {s}")
     return int(np.prod(y.shape))

@@ -137,15 +137,20 @@ def parity(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float | None,
     return err, f"{err / (scale or 1):.1e} rel"
 
 
-def alternated(fns: dict, runs: int, until: float, block: int = 3) -> dict[str, float]:
+def alternated(
+    fns: dict, runs: int, until: float, block: int = 3, gap: float = 0.05
+) -> dict[str, float]:
     """Median ms of each callable, run in turn in blocks of ``block`` calls whose first is not
-    counted (another system's threads may still be spinning then); no new round after
-    ``until`` (perf_counter seconds), so a model near its time limit keeps what it measured."""
+    counted, each block after ``gap`` seconds idle: another system's threads may still be
+    spinning when its block ends (torch's OpenMP threads span a whole 3-call block of a 2 ms
+    model), and the idle gap lets them sleep. No new round after ``until`` (perf_counter
+    seconds), so a model near its time limit keeps what it measured."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for i in range(max(math.ceil(runs / (block - 1)), 1)):
         if i and time.perf_counter() > until:
             break
         for k, fn in fns.items():
+            time.sleep(gap)
             for j in range(block):
                 t0 = time.perf_counter()
                 fn()

@@ -364,17 +364,15 @@ class KernelBuilder:
         j, tid, U = self.tmp("j"), "cuda.threadIdx.x", ROW_UNROLL
         parts = [f"{acc}_{u}" for u in range(U)]
 
+        stored = keep_cpu or keep  # cpu: the terms stored first, then folded as they are
+
         def fold(a: str, at_j: str, cpu: bool = False) -> list[str]:
             x = self.tmp("x")
-            if cpu and keep:  # the terms are stored already (below): fold them as they are
-                return [
-                    f"    {x} = {keep_cpu or keep}{at_j}]",
-                    f"    {a} = {combine.format(a=a, v=x)}",
-                ]
-            val, lines = (
-                term.format(v=x, j=f"({at_j})"),
-                [f"    {x} = {(at_cpu or at) if cpu else at}{at_j}]"],
-            )
+            src = (stored if keep else at_cpu or at) if cpu else at
+            lines = [f"    {x} = {src}{at_j}]"]
+            if cpu and keep:
+                return lines + [f"    {a} = {combine.format(a=a, v=x)}"]
+            val = term.format(v=x, j=f"({at_j})")
             if keep:  # the term in a local, not read back from the store (may alias the input)
                 e = self.tmp("e")
                 lines += [f"    {e} = {val}", f"    {keep}{at_j}] = {e}"]
@@ -386,7 +384,7 @@ class KernelBuilder:
             # Softmax's exp pass ran 3x slower), then the partial folds over what it stored
             x = self.tmp("x")
             cpu += [f"for {j} in range({L}):", f"    {x} = {at_cpu or at}{j}]",
-                    f"    {keep_cpu or keep}{j}] = {term.format(v=x, j=j)}"]  # fmt: skip
+                    f"    {stored}{j}] = {term.format(v=x, j=j)}"]  # fmt: skip
         cpu.append(f"for {j} in range(0, {L} - {U - 1}, {U}):")
         for u, a in enumerate(parts):
             cpu += fold(a, f"{j} + {u}" if u else j, True)

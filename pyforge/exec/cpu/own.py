@@ -268,11 +268,10 @@ def _operands(
 def _prepack_r(step: GemmStep, b: np.ndarray, g: np.ndarray, packed: dict) -> np.ndarray:
     """A constant B (a MatMul's or Gemm's weight) packed whole-K as sgemm reads R, once per
     runtime and the plans sharing its weights (keyed by address, as ``_prepack``)."""
-    where = b.__array_interface__["data"][0]
-    key = ("r", where, b.size, step.n, step.k, int(g[sg.R_RS]), int(g[sg.R_KS]))
+    where, rs, ks = b.__array_interface__["data"][0], int(g[sg.R_RS]), int(g[sg.R_KS])
+    key = ("r", where, b.size, step.n, step.k, rs, ks)
     if key not in packed:
         out = np.empty(pk.packed_size(step.n, step.k, sg.NR), np.float32)
-        rs, ks = int(g[sg.R_RS]), int(g[sg.R_KS])
         pk.pack_panels(b, 0, rs, ks, step.n, 0, step.n, 0, step.k, sg.NR, out, 0)
         packed[key] = out
     return packed[key]

@@ -316,9 +316,8 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
     L: a strided view into ``l`` or, when ``g[L_PACKED]``, already packed in ``lp`` (else packed
     here into ``lp``). R: a strided view into ``r``, or shifted windows of the padded image
     ``r`` at offsets ``koff`` (R_SHIFTED), or packed in ``rw`` already (R_PACKED). ``work``
-    holds ``work_size(parts)`` floats; else ``rw``
-    receives all of R packed once where the threads split L's rows (if it is large enough);
-    ``qbuf`` stages a shifted conv's straddling tiles (see _part)."""
+    holds ``work_size(parts)`` floats; otherwise ``rw`` receives all of R packed once where the
+    threads split L's rows (if it is large enough); ``qbuf`` stages a shifted conv's straddling tiles (see _part)."""
     kdim, lrows, rcols = g[K_DIM], g[L_ROWS], g[R_COLS]
     lpanels = (lrows + MR - 1) // MR
     if not g[L_PACKED]:

@@ -5,8 +5,8 @@ panels of own sgemm's MRx16 micro-kernel (exec/cpu/sgemm.py), then per block of 
 (qb x keys scores within L2) the scores are micro-kernel tiles, each row's softmax is exact
 (max, then emit.FEXP_CPU's vectorised exp (fexpz) and the sum in one loop) and written as the
 left panels of the second product; no BLAS call (OpenBLAS would start its own threads inside the
-parallel region). Shapes and strides are
-int params (one compiled kernel per mask structure). The cuda kernels: attention_cuda.py.
+parallel region). Shapes and strides are int params (one compiled kernel per mask structure).
+The cuda kernels: attention_cuda.py.
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ def _contiguous_rows(node: Node, kb: KernelBuilder, axis: int, length: int) -> i
             kb.emit(f"{s} = {m} + math.log({s})")
         kb.emit(f"{dst}[i] = {acc}({src}[i]) - {s}")
     elif x.dtype != np.float16:  # each exp kept in the output, then scaled: one exp an element
-        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, keep=f"{dst}[{base} + ", keep_cpu=f"{out}[",
-                      **red)  # fmt: skip
+        keep = dict(keep=f"{dst}[{base} + ", keep_cpu=f"{out}[")
+        kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, **red, **keep)
         kb.emit(f"{dst}[i] = {dst}[i] / {s}")
     else:
         kb.row_reduce(s, lit(0, acc), "{a} + {v}", ex, L, at, **red)

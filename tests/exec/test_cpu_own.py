@@ -59,9 +59,15 @@ CONVS = {
     "long k": dict(cin=64, cout=8, hw=(12, 12), k=3, pads=(1, 1, 1, 1)),  # 576: 3 k blocks
     # more weight panels than column panels: threads split the rows, windows read in place
     "split rows": dict(cin=40, cout=96, hw=(7, 7), k=3, pads=(1, 1, 1, 1)),
+    # k of at most ROWS_OUTER_K: tiled a row panel at a time
+    "short k": dict(cin=5, cout=24, hw=(21, 30), k=3, pads=(1, 1, 1, 1)),
+    # no padding, stride 1: the plain GEMM weights @ image, its last column panel partial
+    "1x1 pointwise": dict(cin=32, cout=40, hw=(15, 17), k=1),
+    "1x1 pointwise batch 2": dict(cin=72, cout=20, hw=(15, 13), k=1, batch=2),
 }
 # large enough for own sgemm whatever the micro-tile's height (7, 8 and 24 rows: part panels)
-OWN = {"3x3 pad 1", "5x5 dilated", "7x7 map", "long k", "split rows"}
+OWN = {"3x3 pad 1", "5x5 dilated", "7x7 map", "long k", "split rows", "short k", "1x1 pointwise"}
+OWN |= {"1x1 pointwise batch 2"}
 TAILS = {"none": (), "relu": ("relu",), "res+relu": ("residual", "relu"), "sigmoid": ("sigmoid",)}
 TAILS |= {"relu6": ("relu6",), "res+relu6": ("residual", "relu6")}
 

@@ -39,7 +39,7 @@ from pyforge.exec.cpu.sgemm import sgemm
 {imports}
 
 @njit(nogil=True, cache=True)
-def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x, cin, beta,
+def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, x, cin, beta,
            {params}):
     was = threads()
     if parts == 1:  # (see SERIAL_WORK) the regions of sgemm, its prologue and epilogue too
@@ -54,8 +54,7 @@ def kernel(parts, g, d, l, lp, r, koff, phases, c, bias, res, work, rw, qbuf, x,
                       d[12], r)
         else:
             g[{R_BASE}] = bi * d[13]
-        sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw,
-              qbuf)
+        sgemm(parts, g, l, lp[bi * d[3] : bi * d[3] + d[4]], r, koff, c, bias, res, work, rw)
 {residual}{epilogue}    set_threads(was)
 """
 
@@ -113,18 +112,13 @@ def usable(step: GemmStep, views: dict, constant: bool) -> bool:
 
 def shared_scratch(steps: list) -> dict:
     """Buffers every own-GEMM step of one runtime shares (steps run one at a time): the largest
-    whole-R packing, padded image and tile staging area."""
+    whole-R packing and padded image."""
     gemms = [s for s in steps if isinstance(s, GemmStep)]
     rw = max((sg.whole_r_size(s.m, s.n, s.k) for s in gemms), default=0)
     convs = [(s, pk.shifted_conv(s.conv.geometry)) for s in gemms if s.conv]
     # (strided 1x1 convs take im2col instead, so this may be more than needed)
     xpad = max((p["size"] for _, p in convs), default=0)
-    qbuf = max((sg.staging_size(s.m, p["cols"]) for s, p in convs), default=0)
-    return {
-        "rw": np.empty(rw, np.float32),
-        "xpad": np.empty(xpad, np.float32),
-        "qbuf": np.empty(qbuf, np.float32),
-    }
+    return {"rw": np.empty(rw, np.float32), "xpad": np.empty(xpad, np.float32)}
 
 
 def _prepack(
@@ -167,6 +161,8 @@ def bind_own_step(
     """One callable running the GEMM step on own sgemm, or None where it does not apply."""
     if not usable(step, views, step.a in constants) or "rw" not in shared:
         return None
+    if step.conv is not None and _pointwise(step.conv.geometry):
+        step = _as_matmul(step)
     conv, shift = step.conv, None
     # a strided 1x1 conv keeps its im2col (a plain subsample): its windows would not overlap,
     # and its tiles would straddle output rows
@@ -219,10 +215,22 @@ def bind_own_step(
             rw = rw[:0]
     args = (parts, g, d, views[step.a], lp, r, koff, phases, views[step.d], bias, res)
     args += (shared[key],)
-    args += (rw, shared["qbuf"], x, cin, beta, *values)
+    args += (rw, x, cin, beta, *values)
     call = lambda: driver(*args)
     call.source_path = path  # what explain shows for the step
     return call
+
+
+def _pointwise(geometry: tuple[int, ...]) -> bool:
+    """A 1x1 conv of stride 1 and no padding: its column matrix is the image itself."""
+    h, w, kh, kw, sh, sw, pt, pl = geometry[2:10]
+    return (kh, kw, sh, sw, pt, pl, *geometry[12:14]) == (1, 1, 1, 1, 0, 0, h, w)
+
+
+def _as_matmul(step: GemmStep) -> GemmStep:
+    """A pointwise conv as the plain GEMM weights @ image: R read (and packed) from the image
+    in place, with no padded copy and no im2col."""
+    return replace(step, b=step.conv.x, conv=None, prologue=None, stride_b=step.k * step.n)
 
 
 def _shifted(geometry: tuple[int, ...], packed: dict) -> dict:
@@ -242,7 +250,7 @@ def _operands(
     g = np.zeros(sg.N_PARAMS, np.int64)
     g[sg.K_DIM], g[sg.L_ROWS], g[sg.R_COLS] = step.k, step.m, step.n
     g[sg.L_RS], g[sg.L_KS] = (1, step.lda) if step.trans_a else (step.lda, 1)
-    g[sg.C_RS], g[sg.C_CS], g[sg.RES_BASE] = step.ldd, 1, -1
+    g[sg.C_RS], g[sg.RES_BASE] = step.ldd, -1
     packed = shared.setdefault("packed", {})
     lp, lstep, lsize, g[sg.L_PACKED] = _prepack(step, views[step.a], step.a in constants, packed)
     d = np.zeros(19, np.int64)  # the driver's sizes (see _DRIVER, _RESIDUAL)

@@ -36,10 +36,11 @@ from numba.core.extending import intrinsic
 from .pack import LANES, MR, NR, pack_panels, packed_size
 
 KC, MC, NC = 256, 96, 512  # k block, L rows per block (L2), R columns per packed block
+ROWS_OUTER_K = 64  # a GEMM of at most this k tiles a row panel at a time (see _part)
 
 # the int64 parameter vector of ``sgemm`` (one array, so the drivers stay short)
 (K_DIM, L_ROWS, R_COLS, L_BASE, L_RS, L_KS, L_PACKED, R_BASE, R_RS, R_KS, R_MODE, C_BASE, C_RS,
- C_CS, C_WP, C_OW, RES_BASE, RELU, BIAS, NEXT, N_PARAMS) = range(21)  # fmt: skip
+ C_WP, C_OW, RES_BASE, RELU, BIAS, NEXT, N_PARAMS) = range(20)  # fmt: skip
 # R read from a strided matrix (packed first), as shifted windows of an image, in place, or
 # from ``rw`` packed whole-K already (a constant weight, packed once at bind time)
 R_STRIDED, R_SHIFTED, R_PACKED = 0, 1, 2
@@ -64,7 +65,7 @@ def _c64(v: int) -> ir.Constant:
     return ir.Constant(_I64, v)
 
 
-_SIG = types.void(*[types.int64] * 13)
+_SIG = types.void(*[types.int64] * 14)
 
 
 @intrinsic
@@ -73,20 +74,20 @@ def _micro(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res
     storing all MR rows (the form the cpu attention template calls)."""
     sig = types.void(*[types.int64] * 12)
     return sig, lambda context, builder, sig, args: _micro_ir(
-        False, context, builder, [*args, _c64(MR)]
+        False, context, builder, [*args, _c64(MR), _c64(0)]
     )
 
 
 @intrinsic
 def _micro_rows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu,
-                rows):  # fmt: skip
-    """``_micro`` storing only the first ``rows`` rows."""
+                rows, segs):  # fmt: skip
+    """``_micro`` storing only the first ``rows`` rows (in segments when ``segs``)."""
     return _SIG, lambda context, builder, sig, args: _micro_ir(False, context, builder, args)
 
 
 @intrinsic
 def _micro_windows(typingctx, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld,
-                   relu, rows):  # fmt: skip
+                   relu, rows, segs):  # fmt: skip
     """The micro-kernel reading R in place: row k's 16 floats at ``rp + 4 * koff[k]``, the int64
     offsets ``koff`` at byte address ``kp``."""
     return _SIG, lambda context, builder, sig, args: _micro_ir(True, context, builder, args)
@@ -97,8 +98,14 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     row at ``bp``) + residual (rows ``res_ld`` floats apart at ``resp``), Relu when ``relu``.
     ``relu``: 1 Relu, 2 Relu6 (clamped to [0, 6]). Pointers are byte addresses; with no bias or
     residual they point at zeros (res_ld 0). Only
-    the first ``rows`` rows are stored (a last panel's zero rows are summed, never stored)."""
-    kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows = args
+    the first ``rows`` rows are stored (a last panel's zero rows are summed, never stored).
+
+    ``segs`` 0: each row's NR sums go to ``cp`` + its row offset. Else the byte address of an
+    int64 table ``[n, lo, hi, off, ...]``: lanes lo..hi of a row go to elements off + lo..off + hi
+    of the row at ``cp`` (and of the residual's at ``resp``), by masked loads and stores: a tile
+    whose columns straddle a padded conv's output rows, or the last partial panel, is stored
+    straight from registers."""
+    kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows, segs = args
     module = builder.module
     name = f"llvm.fma.v{LANES}f32"
     fma = module.globals.get(name) or ir.Function(
@@ -158,33 +165,115 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     top = builder.select(capping, six, inf)
     row_bytes = builder.mul(ldc, _c64(4))
     res_bytes = builder.mul(res_ld, _c64(4))
+
+    def finished(i: int, h: int, val, old, res):
+        """Row i's half h: + C's old value, then bias + residual and the clamp on the last block."""
+        val = builder.select(adding, builder.fadd(old, val), val)
+        bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
+        done_val = builder.fadd(builder.fadd(val, bias), res)
+        val = builder.select(finishing, done_val, val)
+        positive = builder.fcmp_ordered(">", val, zero)
+        val = builder.select(clamping, builder.select(positive, val, zero), val)
+        return builder.select(builder.fcmp_ordered(">", val, top), top, val)
+
+    plain = builder.function.append_basic_block("micro.plain")
+    seg_head = builder.function.append_basic_block("micro.segs")
+    end = builder.function.append_basic_block("micro.end")
+    builder.cbranch(builder.icmp_signed("==", segs, _c64(0)), plain, seg_head)
+
+    builder.position_at_end(plain)
     for i in range(MR):
         with builder.if_then(builder.icmp_signed(">", rows, _c64(i))):
             row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
             res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
-            bias = splat(builder.load(builder.inttoptr(builder.add(bp, _c64(4 * i)), pf), align=4))
             for h in range(_HALVES):
                 ptr = builder.inttoptr(builder.add(row, _c64(4 * LANES * h)), pv)
-                val = results[_HALVES * i + h]
-                val = builder.select(adding, builder.fadd(builder.load(ptr, align=4), val), val)
                 res = builder.load(
                     builder.inttoptr(builder.add(res_row, _c64(4 * LANES * h)), pv), align=4
                 )
-                done_val = builder.fadd(builder.fadd(val, bias), res)
-                val = builder.select(finishing, done_val, val)
-                positive = builder.fcmp_ordered(">", val, zero)
-                val = builder.select(clamping, builder.select(positive, val, zero), val)
-                val = builder.select(builder.fcmp_ordered(">", val, top), top, val)
+                val = finished(i, h, results[_HALVES * i + h], builder.load(ptr, align=4), res)
                 builder.store(val, ptr, align=4)
+    builder.branch(end)
+
+    # the segments: a loop over the table, each a masked load / store per row and half
+    _masked_store(builder, seg_head, end, (segs, cp, resp, res_ld, row_bytes, res_bytes, rows),
+                  results, finished)  # fmt: skip
+    builder.position_at_end(end)
     return context.get_dummy_value()
 
 
+def _masked_store(builder: ir.IRBuilder, head, end, ptrs: tuple, results: list, finished) -> None:
+    """``_micro_ir``'s segment store: for each (lo, hi, off) of the table at ``segs``, lanes
+    lo..hi of each row (masked loads of C and the residual, masked store) at element off."""
+    segs, cp, resp, res_ld, row_bytes, res_bytes, rows = ptrs
+    pi, pv = _I64.as_pointer(), _VEC.as_pointer()
+    bits = ir.VectorType(ir.IntType(1), LANES)
+    module = builder.module
+    zero = ir.Constant(_VEC, [0.0] * LANES)
+    load_name, store_name = (
+        f"llvm.masked.load.v{LANES}f32.p0v{LANES}f32",
+        f"llvm.masked.store.v{LANES}f32.p0v{LANES}f32",
+    )
+    mload = module.globals.get(load_name) or ir.Function(
+        module, ir.FunctionType(_VEC, [pv, _I32, bits, _VEC]), load_name
+    )
+    mstore = module.globals.get(store_name) or ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [_VEC, pv, _I32, bits]), store_name
+    )
+    align = ir.Constant(_I32, 4)
+    builder.position_at_end(head)
+    table = builder.inttoptr(segs, pi)
+    count = builder.load(table)
+    body = builder.function.append_basic_block("micro.seg")
+    builder.cbranch(builder.icmp_signed(">", count, _c64(0)), body, end)
+    builder.position_at_end(body)
+    sg_i = builder.phi(_I64)
+    sg_i.add_incoming(_c64(0), head)
+    at = builder.add(_c64(1), builder.mul(sg_i, _c64(3)))
+    lo, hi, off = (builder.load(builder.gep(table, [builder.add(at, _c64(j))])) for j in range(3))
+    has_res = builder.icmp_signed("!=", res_ld, _c64(0))
+    res_off = builder.select(has_res, builder.mul(off, _c64(4)), _c64(0))
+    lanes = [ir.Constant(ir.VectorType(_I64, LANES), [h * LANES + j for j in range(LANES)])
+             for h in range(_HALVES)]  # fmt: skip
+
+    def vec(x):
+        undef = ir.Constant(ir.VectorType(_I64, LANES), ir.Undefined)
+        one = builder.insert_element(undef, x, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(
+            one, undef, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES)
+        )
+
+    lov, hiv = vec(lo), vec(hi)
+    masks = [builder.and_(builder.icmp_signed(">=", ln, lov), builder.icmp_signed("<", ln, hiv))
+             for ln in lanes]  # fmt: skip
+    base = builder.add(cp, builder.mul(off, _c64(4)))
+    rbase = builder.add(resp, res_off)
+    for i in range(MR):
+        with builder.if_then(builder.icmp_signed(">", rows, _c64(i))):
+            row = builder.add(base, builder.mul(row_bytes, _c64(i)))
+            res_row = builder.add(rbase, builder.mul(res_bytes, _c64(i)))
+            for h in range(_HALVES):
+                ptr = builder.inttoptr(builder.add(row, _c64(4 * LANES * h)), pv)
+                rptr = builder.inttoptr(builder.add(res_row, _c64(4 * LANES * h)), pv)
+                # no residual: resp points at zeros and res_ld is 0, so every lane reads them
+                rmask = [builder.select(has_res, masks[h], ir.Constant(bits, [1] * LANES))]
+                res = builder.call(mload, [rptr, align, rmask[0], zero])
+                old = builder.call(mload, [ptr, align, masks[h], zero])
+                val = finished(i, h, results[_HALVES * i + h], old, res)
+                builder.call(mstore, [val, ptr, align, masks[h]])
+    nxt = builder.add(sg_i, _c64(1))
+    sg_i.add_incoming(nxt, builder.basic_block)
+    builder.cbranch(builder.icmp_signed("<", nxt, count), body, end)
+
+
 @njit(nogil=True, cache=True)
-def _mk(windows, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows):
+def _mk(windows, kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows, segs):
     if windows:
-        _micro_windows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
+        _micro_windows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows,
+                       segs)  # fmt: skip
     else:
-        _micro_rows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows)
+        _micro_rows(kc, lp, rp, kp, cp, ldc, accumulate, finish, bp, resp, res_ld, relu, rows,
+                    segs)  # fmt: skip
 
 
 @intrinsic
@@ -212,55 +301,47 @@ def _tiles(panels, parts):
 def _tile_col(g, q):
     """Element offset of C column ``q`` within a row, or -1 for a dropped (padding) column."""
     if g[C_WP] == 0:
-        return q * g[C_CS]
+        return q
     col = q % g[C_WP]
     return -1 if col >= g[C_OW] else (q // g[C_WP]) * g[C_OW] + col
 
 
 @njit(nogil=True, cache=True)
-def _store(g, c, bias, res, src, s0, ld, cols, row, mr, nr, first, last):
-    """A tile's sums from ``src`` (rows ``ld`` apart from ``s0``) into C element by element:
-    added to C's value unless ``first``, with the epilogue when ``last``; columns whose offset
-    ``cols[jj]`` is -1 (padding) are dropped."""
-    has_res, relu = g[RES_BASE] >= 0, g[RELU]
-    for ii in range(mr):
-        o = g[C_BASE] + (row + ii) * g[C_RS]
-        ro = g[RES_BASE] + (row + ii) * g[C_RS]
-        for jj in range(nr):
-            col = cols[jj]
-            if col < 0:
-                continue
-            v = src[s0 + ii * ld + jj]
-            if not first:
-                v += c[o + col]
-            if last:
-                if g[BIAS]:
-                    v += bias[row + ii]
-                if has_res:
-                    v += res[ro + col]
-                if relu and v < 0:
-                    v = 0
-                if relu == 2 and v > 6:
-                    v = 6
-            c[o + col] = v
+def _segments(g, q0, nr, segs):
+    """The runs of tile columns q0..q0 + nr that C keeps, as ``_micro_ir``'s table in ``segs``:
+    [n, (first lane, lane past the last, C column of lane 0) * n]. A padded conv's tile may
+    straddle output rows, dropping the padding columns between; a plain GEMM's last panel is
+    one run of nr lanes."""
+    if g[C_WP] == 0:
+        segs[0], segs[1], segs[2], segs[3] = 1, 0, nr, q0
+        return
+    wp, ow = g[C_WP], g[C_OW]
+    n = 0
+    for row in range(q0 // wp, (q0 + nr - 1) // wp + 1):
+        lo, hi = max(q0, row * wp) - q0, min(q0 + nr, row * wp + ow) - q0
+        if lo < hi:
+            segs[1 + 3 * n], segs[2 + 3 * n], segs[3 + 3 * n] = lo, hi, q0 + row * (ow - wp)
+            n += 1
+    segs[0] = n
 
 
 @njit(nogil=True, cache=True)
-def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qbuf):
+def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, zeros):
     """C rows i0..i1 (i0 a multiple of MR), columns j0..j1 (j0 a multiple of NR).
 
-    A tile that does not land on one contiguous output run is summed through a buffer and
-    stored element by element: in ``qbuf`` (padded column space, rows ``qld`` apart) across k
-    blocks and stored once, when the conv has one; else in ``tmp``, stored every k block."""
+    A tile landing on one contiguous run of C is stored whole; any other (straddling a padded
+    conv's output rows, or the last partial panel) in the runs C keeps, by masked stores."""
     kdim = g[K_DIM]
-    qld = (g[R_COLS] + NR - 1) // NR * NR
-    staged = g[C_WP] > 0 and len(qbuf) >= ((g[L_ROWS] + MR - 1) // MR * MR) * qld
-    qb0 = qbuf.ctypes.data
-    lp0, tp0, c0, z0 = lp.ctypes.data, tmp.ctypes.data, c.ctypes.data, zeros.ctypes.data
+    lp0, c0, z0 = lp.ctypes.data, c.ctypes.data, zeros.ctypes.data
     b0, res0 = bias.ctypes.data, res.ctypes.data
     has_res, relu = g[RES_BASE] >= 0, g[RELU]
-    cols = np.empty(NR, np.int64)  # a tile's columns' offsets in a C row (-1: dropped)
+    segs = np.empty(3 * NR + 1, np.int64)  # (see _segments)
+    sp = segs.ctypes.data
     windows = g[R_MODE] == R_SHIFTED  # R read in place: a panel is 16 columns' address
+    # tiles a row panel at a time when k is short: C's traffic then outweighs the sums, and a
+    # column at a time would write every row of the block at once (MC streams: MobileNetV2's
+    # 16 -> 96 expansion at 112 x 112 took 1.6x as long)
+    rows_outer = kdim <= ROWS_OUTER_K
     for jc in range(j0, j1, NC):
         nc = min(NC, j1 - jc)
         for pc in range(0, kdim, KC):
@@ -273,51 +354,47 @@ def _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qb
             else:
                 pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], g[R_COLS], jc, nc, pc, kc, NR, rbuf, 0)
                 rb0, rstride, rstart = rbuf.ctypes.data, kc * NR, 0
-            first, last = pc == 0, pc + kc == kdim
+            adding, finishing = 0 if pc == 0 else 1, 1 if pc + kc == kdim else 0
             for ic in range(i0, i1, MC):
                 ie = min(ic + MC, i1)
-                for jr in range(0, nc, NR):
+                rpanels, cpanels = (ie - ic + MR - 1) // MR, (nc + NR - 1) // NR
+                for t in range(rpanels * cpanels):
+                    if rows_outer:
+                        ri, ci = t // cpanels, t % cpanels
+                    else:
+                        ci, ri = t // rpanels, t % rpanels
+                    row, jr = ic + ri * MR, ci * NR
+                    mr = min(MR, ie - row)
+                    lpp = lp0 + ((row // MR) * kdim * MR + pc * MR) * 4
                     q0 = jc + jr
                     nr = min(NR, j1 - q0)
                     rpp = rb0 + (rstart + (jr if windows else (jr // NR) * rstride)) * 4
-                    # the whole tile lands on one contiguous output run?
-                    for jj in range(NR):
-                        cols[jj] = _tile_col(g, q0 + jj) if jj < nr else -1
-                    at = cols[0]
-                    direct = nr == NR and at >= 0 and cols[NR - 1] == at + NR - 1
-                    direct = direct and (g[C_CS] == 1 or g[C_WP] > 0)
-                    for row in range(ic, ie, MR):
-                        mr = min(MR, ie - row)
-                        lpp = lp0 + ((row // MR) * kdim * MR + pc * MR) * 4
-                        if direct:
-                            o = g[C_BASE] + row * g[C_RS] + at
-                            bp = b0 + row * 4 if g[BIAS] else z0
-                            rsp, rld = z0, 0
-                            if has_res:
-                                rsp, rld = res0 + (g[RES_BASE] + row * g[C_RS] + at) * 4, g[C_RS]
-                            _mk(windows, kc, lpp, rpp, kp, c0 + o * 4, g[C_RS], 0 if first else 1,
-                                1 if last else 0, bp, rsp, rld, relu, mr)  # fmt: skip
-                            continue
-                        if staged:
-                            _mk(windows, kc, lpp, rpp, kp, qb0 + (row * qld + q0) * 4, qld,
-                                0 if first else 1, 0, z0, z0, 0, 0, MR)  # fmt: skip
-                            if last:
-                                _store(g, c, bias, res, qbuf, row * qld + q0, qld, cols, row,
-                                       mr, nr, True, True)  # fmt: skip
-                            continue
-                        _mk(windows, kc, lpp, rpp, kp, tp0, NR, 0, 0, z0, z0, 0, 0, MR)
-                        _store(g, c, bias, res, tmp, 0, NR, cols, row, mr, nr, first, last)
+                    bp = b0 + row * 4 if g[BIAS] else z0
+                    # the whole tile on one contiguous run of C? (the column map is increasing
+                    # and skips dropped columns, so its ends tell)
+                    at = _tile_col(g, q0)
+                    whole = nr == NR and at >= 0 and _tile_col(g, q0 + NR - 1) == at + NR - 1
+                    table = 0
+                    if not whole:  # C's row, with the runs' columns in the table
+                        at, table = 0, sp
+                        _segments(g, q0, nr, segs)
+                    o = g[C_BASE] + row * g[C_RS] + at
+                    rsp, rld = z0, 0
+                    if has_res:
+                        rsp, rld = res0 + (g[RES_BASE] + row * g[C_RS] + at) * 4, g[C_RS]
+                    _mk(windows, kc, lpp, rpp, kp, c0 + o * 4, g[C_RS], adding, finishing, bp,
+                        rsp, rld, relu, mr, table)  # fmt: skip
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
+def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw):
     """C = L @ R (+ bias + residual, Relu: see the parameter vector ``g``) on ``parts`` threads.
 
     L: a strided view into ``l`` or, when ``g[L_PACKED]``, already packed in ``lp`` (else packed
     here into ``lp``). R: a strided view into ``r``, or shifted windows of the padded image
     ``r`` at offsets ``koff`` (R_SHIFTED), or packed in ``rw`` already (R_PACKED). ``work``
     holds ``work_size(parts)`` floats; otherwise ``rw`` receives all of R packed once where the
-    threads split L's rows (if it is large enough); ``qbuf`` stages a shifted conv's straddling tiles (see _part)."""
+    threads split L's rows (if it is large enough)."""
     kdim, lrows, rcols = g[K_DIM], g[L_ROWS], g[R_COLS]
     lpanels = (lrows + MR - 1) // MR
     if not g[L_PACKED]:
@@ -344,13 +421,12 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
                 pack_panels(r, g[R_BASE], g[R_RS], g[R_KS], rcols, q * NR, NR, 0, kdim, NR, rw, o)
                 q = _claim(g)
         rp = rw[: rpanels * NR * kdim]
-    per_t = KC * NC + MR * NR + 2 * NR
+    per_t = KC * NC + 2 * NR
     tiles, per = _tiles(rpanels if split_r else lpanels, parts)
     g[NEXT] = 0
     for t in prange(parts):
         rbuf = work[t * per_t : t * per_t + KC * NC]
-        tmp = work[t * per_t + KC * NC : t * per_t + KC * NC + MR * NR]
-        zeros = work[t * per_t + KC * NC + MR * NR : (t + 1) * per_t]
+        zeros = work[t * per_t + KC * NC : (t + 1) * per_t]  # a missing bias or residual
         zeros[:] = 0
         tile = _claim(g)
         while tile < tiles:
@@ -359,18 +435,12 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw, qbuf):
                 j0, j1 = tile * per * NR, min(rcols, (tile + 1) * per * NR)
             else:
                 i0, i1 = tile * per * MR, min(lrows, (tile + 1) * per * MR)
-            _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, tmp, zeros, qbuf)
+            _part(g, lp, r, rp, koff, c, bias, res, i0, i1, j0, j1, rbuf, zeros)
             tile = _claim(g)
 
 
 def work_size(parts: int) -> int:
-    return parts * (KC * NC + MR * NR + 2 * NR)
-
-
-def staging_size(m: int, cols: int) -> int:
-    """Floats of ``qbuf`` a shifted conv of ``m`` output channels and ``cols`` padded columns
-    stages its straddling tiles in."""
-    return -(-m // MR) * MR * (-(-cols // NR) * NR)
+    return parts * (KC * NC + 2 * NR)
 
 
 def whole_r_size(m: int, n: int, k: int) -> int:

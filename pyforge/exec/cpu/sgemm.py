@@ -181,31 +181,39 @@ def _micro_ir(windows: bool, context, builder: ir.IRBuilder, args: list):
     end = builder.function.append_basic_block("micro.end")
     builder.cbranch(builder.icmp_signed("==", segs, _c64(0)), plain, seg_head)
 
+    def store_rows(base, rbase, load, store) -> None:
+        """Each stored row's halves finished and stored: C at ``base``, the residual at
+        ``rbase`` (plus the row's offset), through ``load(ptr, h)`` and ``store(val, ptr, h)``."""
+        for i in range(MR):
+            with builder.if_then(builder.icmp_signed(">", rows, _c64(i))):
+                row = builder.add(base, builder.mul(row_bytes, _c64(i)))
+                res_row = builder.add(rbase, builder.mul(res_bytes, _c64(i)))
+                for h in range(_HALVES):
+                    ptr = builder.inttoptr(builder.add(row, _c64(4 * LANES * h)), pv)
+                    rptr = builder.inttoptr(builder.add(res_row, _c64(4 * LANES * h)), pv)
+                    old, res = load(ptr, h), load(rptr, h, residual=True)
+                    store(finished(i, h, results[_HALVES * i + h], old, res), ptr, h)
+
     builder.position_at_end(plain)
-    for i in range(MR):
-        with builder.if_then(builder.icmp_signed(">", rows, _c64(i))):
-            row = builder.add(cp, builder.mul(row_bytes, _c64(i)))
-            res_row = builder.add(resp, builder.mul(res_bytes, _c64(i)))
-            for h in range(_HALVES):
-                ptr = builder.inttoptr(builder.add(row, _c64(4 * LANES * h)), pv)
-                res = builder.load(
-                    builder.inttoptr(builder.add(res_row, _c64(4 * LANES * h)), pv), align=4
-                )
-                val = finished(i, h, results[_HALVES * i + h], builder.load(ptr, align=4), res)
-                builder.store(val, ptr, align=4)
+    store_rows(
+        cp,
+        resp,
+        lambda ptr, h, residual=False: builder.load(ptr, align=4),
+        lambda val, ptr, h: builder.store(val, ptr, align=4),
+    )
     builder.branch(end)
 
     # the segments: a loop over the table, each a masked load / store per row and half
-    _masked_store(builder, seg_head, end, (segs, cp, resp, res_ld, row_bytes, res_bytes, rows),
-                  results, finished)  # fmt: skip
+    _masked_store(builder, seg_head, end, (segs, cp, resp, res_ld), store_rows)
     builder.position_at_end(end)
     return context.get_dummy_value()
 
 
-def _masked_store(builder: ir.IRBuilder, head, end, ptrs: tuple, results: list, finished) -> None:
+def _masked_store(builder: ir.IRBuilder, head, end, ptrs: tuple, store_rows) -> None:
     """``_micro_ir``'s segment store: for each (lo, hi, off) of the table at ``segs``, lanes
-    lo..hi of each row (masked loads of C and the residual, masked store) at element off."""
-    segs, cp, resp, res_ld, row_bytes, res_bytes, rows = ptrs
+    lo..hi of each row (masked loads of C and the residual, masked store) at element off, by
+    ``_micro_ir``'s ``store_rows``."""
+    segs, cp, resp, res_ld = ptrs
     pi, pv = _I64.as_pointer(), _VEC.as_pointer()
     bits = ir.VectorType(ir.IntType(1), LANES)
     module = builder.module
@@ -246,21 +254,17 @@ def _masked_store(builder: ir.IRBuilder, head, end, ptrs: tuple, results: list, 
     lov, hiv = vec(lo), vec(hi)
     masks = [builder.and_(builder.icmp_signed(">=", ln, lov), builder.icmp_signed("<", ln, hiv))
              for ln in lanes]  # fmt: skip
-    base = builder.add(cp, builder.mul(off, _c64(4)))
-    rbase = builder.add(resp, res_off)
-    for i in range(MR):
-        with builder.if_then(builder.icmp_signed(">", rows, _c64(i))):
-            row = builder.add(base, builder.mul(row_bytes, _c64(i)))
-            res_row = builder.add(rbase, builder.mul(res_bytes, _c64(i)))
-            for h in range(_HALVES):
-                ptr = builder.inttoptr(builder.add(row, _c64(4 * LANES * h)), pv)
-                rptr = builder.inttoptr(builder.add(res_row, _c64(4 * LANES * h)), pv)
-                # no residual: resp points at zeros and res_ld is 0, so every lane reads them
-                rmask = [builder.select(has_res, masks[h], ir.Constant(bits, [1] * LANES))]
-                res = builder.call(mload, [rptr, align, rmask[0], zero])
-                old = builder.call(mload, [ptr, align, masks[h], zero])
-                val = finished(i, h, results[_HALVES * i + h], old, res)
-                builder.call(mstore, [val, ptr, align, masks[h]])
+    # no residual: resp points at zeros and res_ld is 0, so every lane reads them
+    all_lanes = ir.Constant(bits, [1] * LANES)
+    res_masks = [builder.select(has_res, m, all_lanes) for m in masks]
+
+    def load(ptr, h, residual=False):
+        return builder.call(mload, [ptr, align, (res_masks if residual else masks)[h], zero])
+
+    def store(val, ptr, h):
+        builder.call(mstore, [val, ptr, align, masks[h]])
+
+    store_rows(builder.add(cp, builder.mul(off, _c64(4))), builder.add(resp, res_off), load, store)
     nxt = builder.add(sg_i, _c64(1))
     sg_i.add_incoming(nxt, builder.basic_block)
     builder.cbranch(builder.icmp_signed("<", nxt, count), body, end)

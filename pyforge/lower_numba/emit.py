@@ -264,6 +264,7 @@ class KernelBuilder:
     hoisted: list[str] = field(default_factory=list)  # both targets: lines run before the loop
     error_word: bool = False  # cuda: the kernel takes an int32 error word ("e" argument)
     row_block: bool = False  # rows split where the caller asked: on cuda one block per row
+    contract: bool = False  # cpu: a multiply then an add may be one fused multiply-add
 
     def check_range(
         self, src: str, count: int, dim: str, message: str, step: int = 1, start: int = 0
@@ -554,7 +555,7 @@ class KernelBuilder:
         helpers = cpu_helpers(loop)
         # where fexp / ferf are inlined, their polynomials as fused multiply-adds: no less exact,
         # and without it each step is a multiply and an add (EfficientNet's SiLU 0.40 -> 0.26 ms)
-        fast = ', fastmath={"contract"}' if helpers else ""
+        fast = ', fastmath={"contract"}' if helpers or self.contract else ""
         cpu = _CPU.format(
             params=params,
             parallel=parallel,

@@ -99,6 +99,35 @@ def test_maxpool_by_planes_matches_ort():
         assert "np.empty(" in _sources(compiled), (shape, k, s)  # the plane buffers
 
 
+# (shape, kernel, stride, pads, count_include_pad, ceil_mode): Inception-v3's 3x3 s1 p1 branch
+# pools (torch counts the padding), a 2x2 s2 (DenseNet's transitions), a 5x5 s3 with uneven pads,
+# a 3x2 window on a 1-row-short image, batch 2; the last one's ceil-mode window overhangs its pads
+# and keeps the per-element kernel
+AVG_POOLS = [
+    ((1, 19, 35, 35), (3, 3), 1, [1, 1, 1, 1], 1, 0),
+    ((2, 7, 17, 17), (3, 3), 1, [1, 1, 1, 1], 0, 0),
+    ((1, 12, 28, 28), (2, 2), 2, [0, 0, 0, 0], 0, 0),
+    ((1, 3, 20, 21), (5, 5), 3, [2, 1, 0, 2], 0, 0),
+    ((1, 3, 20, 21), (5, 5), 3, [2, 1, 0, 2], 1, 0),
+    ((1, 5, 9, 14), (3, 2), 2, [1, 0, 1, 1], 0, 0),
+    ((1, 4, 16, 16), (3, 3), 2, [0, 0, 0, 0], 0, 1),
+]
+
+
+def test_average_pool_by_planes_matches_ort():
+    for shape, k, s, pads, include, ceil in AVG_POOLS:
+        node = helper.make_node(
+            "AveragePool", ["x"], ["y"], kernel_shape=list(k), strides=[s, s], pads=pads,
+            count_include_pad=include, ceil_mode=ceil,
+        )  # fmt: skip
+        model = make_model([node], [("x", np.float32, shape)], [("y", np.float32, None)])
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.flat[5] = np.inf  # reaches only the windows holding it
+        compiled, _ = check_against_ort(model, {"x": x}, rtol=1e-6, atol=1e-6)
+        # the zero-padded plane buffer, but for the overhanging window
+        assert ("np.zeros(" in _sources(compiled)) == (not ceil), (shape, k, s, include)
+
+
 def test_global_average_pool_in_partial_sums_matches_ort():
     """The cpu mean's 8 partial sums: planes of 1, 7 (all remainder), 15, 49 and 3136 positions,
     a NaN and an inf reaching only their own channel's mean."""

@@ -8,6 +8,7 @@ from ...ir import Node
 from ..emit import ROW_UNROLL, KernelBuilder, type_name
 from ..registry import lowering, register_lowering
 from ..scalar import lit, nan_max
+from .depthwise import padded_plane
 from .depthwise_cuda import block_pool
 from .geometry import nc_oh_ow, spatial2d, window2d
 
@@ -88,7 +89,60 @@ def pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
 
 
 register_lowering("MaxPool", "element", pool_element, lambda node: not _by_planes(node))
-register_lowering("AveragePool", "element", pool_element)
+
+
+def _avg_by_planes(node: Node) -> bool:
+    """A 2-d float32 AveragePool of dilation 1 whose windows all lie within the padded image
+    (no ceil-mode overhang past the pads): summed a plane at a time on the cpu."""
+    x, y = node.inputs[0], node.outputs[0]
+    if node.op != "AveragePool" or len(x.shape) != 4 or x.dtype != np.float32:
+        return False
+    (kh, kw), (sh, sw), d, pads = window2d(node)
+    (h, w), (oh, ow) = spatial2d(x.shape), spatial2d(y.shape)
+    rows_in = (oh - 1) * sh + kh <= h + pads[0] + pads[2]
+    cols_in = (ow - 1) * sw + kw <= w + pads[1] + pads[3]
+    return d == [1, 1] and len(node.outputs) == 1 and rows_in and cols_in
+
+
+@lowering("AveragePool", form="element", when=_avg_by_planes, rows=lambda node: 2)
+def avg_pool_planes(node: Node, kb: KernelBuilder, coords: list[str]) -> str:
+    """cpu, once per plane (image, channel): the taps' sum over a zero-padded, stride-phased copy
+    of the plane (depthwise.padded_plane, unweighted), then each output its sum over the count
+    of its window: every tap with count_include_pad (no window here overhangs the pads), else the
+    taps on the image, rows times columns. cuda: the per-element window of ``window_pool``.
+    Inception-v3's 3 x 3 pools at 35 x 35 x 192: 0.99 -> ~0.1 ms."""
+    kb.row_block = False
+    x = node.inputs[0]
+    (kh, kw), (sh, sw), _, pads = window2d(node)
+    (h, w), (oh_, _) = spatial2d(x.shape), spatial2d(node.outputs[0].shape)
+    n, c, oh, ow = nc_oh_ow(coords)
+    start = len(kb.lines)
+    acc = pool_element(node, kb, coords)  # the cuda form: keep only its cuda lines
+    kb.lines[start:] = [(None, ln if isinstance(ln, str) else ln[1]) for ln in kb.lines[start:]]
+    xs, plane = kb.tensor(x.name), kb.tmp("out")
+    H, W, C = kb.int_param(h, "H"), kb.int_param(w, "W"), kb.int_param(x.shape[1], "C")
+    with kb.at_row():
+        dims = (H, W, C, kb.int_param(1, "OG"), kb.int_param(oh_, "OH"))
+        pitch = padded_plane(
+            kb,
+            (xs, None, "f32", plane),
+            (n, c),
+            dims,
+            (1, h, w),
+            ((kh, kw), (sh, sw), (1, 1), pads),
+        )
+    total = f"{plane}[u64({oh} * {pitch} + {ow})]"
+    if node.attrs["count_include_pad"]:
+        kb.lines.append((f"{acc} = {total} / f32({kh * kw})", None))
+        return acc
+    ih, iw = f"{oh} * {sh} - {pads[0]}", f"{ow} * {sw} - {pads[1]}"
+    rows = f"(min({ih} + {kh}, {H}) - max({ih}, 0))"
+    cols = f"(min({iw} + {kw}, {W}) - max({iw}, 0))"
+    kb.lines.append((f"{acc} = {total} / f32(max({rows} * {cols}, 1))", None))
+    return acc
+
+
+register_lowering("AveragePool", "element", pool_element, lambda node: not _avg_by_planes(node))
 register_lowering("LpPool", "element", pool_element)
 
 

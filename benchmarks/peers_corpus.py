@@ -209,6 +209,7 @@ def graphed(torch, net, args):
         g.replay()
         torch.cuda.synchronize()
 
+    replay()  # a capture runs nothing: ``out`` holds the graph's results only after a replay
     return replay, out
 
 

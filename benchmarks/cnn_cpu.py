@@ -29,6 +29,11 @@ MODELS += ",regnet_y_400mf"
 
 
 def model_file(name: str) -> str:
+    """A corpus model's file, or pyforge.models' seeded ResNet-50 for "resnet50"."""
+    if name == "resnet50":
+        from pyforge.models import cached_model
+
+        return cached_model("resnet50")
     from benchmarks import corpus
 
     return str(corpus.model_path(corpus.ENTRIES[name]))

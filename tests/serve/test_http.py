@@ -213,6 +213,9 @@ def test_healthz_and_unknown_route(server):
     assert status == 404 and "POST /predict" in json.loads(text)["error"]
 
 
+REFUSED = 0  # a request whose upload the server cut off (see send)
+
+
 def test_overload_answers_503_not_an_unbounded_queue(server, direct):
     x = example_inputs(direct["mlp"], seed=5, rows=2048)["x"]
     want = direct["mlp"].predict({"x": x})["y"]
@@ -223,7 +226,10 @@ def test_overload_answers_503_not_an_unbounded_queue(server, direct):
             answers.append(post(server["url"] + "/overload/predict", npy(x), "application/x-npy",
                                 timeout=240))  # fmt: skip
         except OSError as e:
-            answers.append((-1, repr(e).encode()))
+            # the proxy may answer 503 and close before it has read this 2 MB body: the client
+            # then sees its upload cut (a broken pipe or reset), a refusal it cannot read
+            cut = isinstance(getattr(e, "reason", e), (BrokenPipeError, ConnectionResetError))
+            answers.append((REFUSED if cut else -1, repr(e).encode()))
 
     threads = [threading.Thread(target=send) for _ in range(12)]
     for t in threads:
@@ -231,9 +237,10 @@ def test_overload_answers_503_not_an_unbounded_queue(server, direct):
     for t in threads:
         t.join(300)
     statuses = sorted(s for s, _ in answers)
-    errors = [body for s, body in answers if s == -1]  # a connection error's text, if any
-    assert len(answers) == 12 and set(statuses) <= {200, 503}, (statuses, errors)
-    assert statuses.count(503) >= 6, statuses  # at most 2 running + 1 queued at a time
+    errors = [body for s, body in answers if s == -1]  # a timeout's or other error's text
+    assert len(answers) == 12 and set(statuses) <= {200, 503, REFUSED}, (statuses, errors)
+    # at most 2 running + 1 queued at a time: the rest refused
+    assert statuses.count(503) + statuses.count(REFUSED) >= 6, statuses
     for status, body in answers:
         if status == 200:
             np.testing.assert_allclose(np.load(io.BytesIO(body)), want, rtol=RTOL, atol=ATOL)

@@ -415,8 +415,8 @@ def sgemm(parts, g, l, lp, r, koff, c, bias, res, work, rw):
     split_r = rpanels >= lpanels
     if g[R_MODE] == R_SHIFTED and (lpanels % parts == 0 or lpanels >= 4 * parts):
         # a conv's windows: threads take rows (each tile a weight panel kept in L1 against every
-        # window) wherever the row panels share out evenly: 3x3 c128@28 1.28 -> 0.88 ms on two
-        # threads, Inception's 80 -> 192 @73 6.5 -> 4.8 (column tiles of all rows reload them)
+        # window) wherever the row panels share out evenly: 3x3 c128@28 1.28 -> 0.94 ms on two
+        # threads, Inception's 80 -> 192 @73 6.5 -> 5.1 (column tiles of all rows reload them)
         split_r = False
     rp = rw[:0]
     if g[R_MODE] == R_PACKED:

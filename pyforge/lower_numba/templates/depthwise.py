@@ -118,8 +118,8 @@ def padded_plane(kb: KernelBuilder, names: tuple, at: tuple, dims: tuple, sizes:
     _cpu(kb, f"for {ci} in range({cg}):")
     if ws is not None:
         _cpu(kb, f"{wb} = ({co} * {cg} + {ci}) * {kh * kw}", 1)
-    wv = [kb.tmp("w") for _ in range(kh * kw)]
-    for k, v in enumerate(wv if ws is not None else []):
+    wv = [kb.tmp("w") for _ in range(kh * kw)] if ws is not None else []
+    for k, v in enumerate(wv):
         _cpu(kb, f"{v} = {ws}[{wb} + {k}]", 1)
     views: dict[tuple[int, int, int], str] = {}  # (sub-plane, row place) -> a view from there
     terms = []
